@@ -3,4 +3,27 @@ with simulator stepping."""
 
 from __future__ import annotations
 
+import logging
+
+from .errors import (
+    RemoteTraceback,
+    StageFailedError,
+    WaitTimeoutError,
+    WorkerCrashedError,
+    WorkerError,
+)
+from .vector_env import PipelinedVectorEnv
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "PipelinedVectorEnv",
+    "RemoteTraceback",
+    "StageFailedError",
+    "WaitTimeoutError",
+    "WorkerCrashedError",
+    "WorkerError",
+    "__version__",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -1,0 +1,173 @@
+"""Per-space helpers for batches: slicing a batch to a stage, converting and checking actions.
+
+Batches follow gymnasium's layout (:func:`gymnasium.vector.utils.batch_space`): a Box,
+Discrete, MultiDiscrete or MultiBinary batch is one array whose first axis is the env; a
+Dict batch is a dict of batches; a Tuple batch is a tuple of batches; other spaces (Text,
+Graph, Sequence, OneOf) batch as a tuple with one item per env.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["batch_slice", "check_actions", "to_numpy"]
+
+
+@singledispatch
+def batch_slice(space: spaces.Space, batch: Any, index: slice) -> Any:
+    """Return the part of ``batch`` that belongs to the envs ``index``.
+
+    Args:
+        space: The single-env space the batch was built from.
+        batch: A batch of ``n`` items in gymnasium's batched layout.
+        index: A slice of env positions in ``[0, n)``.
+
+    Returns:
+        A batch of the selected envs in the same layout. Arrays are views, not copies.
+    """
+    return batch[index]
+
+
+@batch_slice.register(spaces.Dict)
+def _(space: spaces.Dict, batch: dict[str, Any], index: slice) -> dict[str, Any]:
+    return {key: batch_slice(sub, batch[key], index) for key, sub in space.spaces.items()}
+
+
+@batch_slice.register(spaces.Tuple)
+def _(space: spaces.Tuple, batch: tuple[Any, ...], index: slice) -> tuple[Any, ...]:
+    return tuple(batch_slice(sub, part, index) for sub, part in zip(space.spaces, batch, strict=False))
+
+
+def to_numpy(actions: Any) -> Any:
+    """Convert torch tensors (CPU or CUDA) inside ``actions`` to numpy arrays.
+
+    Dicts, tuples and lists are converted element-wise; anything else is returned as is.
+    torch is never imported here: a tensor is recognised by its ``detach``/``cpu``/``numpy``
+    methods.
+    """
+    if hasattr(actions, "detach") and hasattr(actions, "cpu") and hasattr(actions, "numpy"):
+        return actions.detach().cpu().numpy()
+    if isinstance(actions, dict):
+        return {key: to_numpy(value) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(to_numpy(value) for value in actions)
+    return actions
+
+
+@singledispatch
+def check_actions(space: spaces.Space, actions: Any, n: int, name: str = "actions") -> Any:
+    """Check a batch of ``n`` actions against the single-env ``space`` and normalise it.
+
+    Runs in the caller before any worker is sent anything, so a bad batch never moves an
+    env.
+
+    Args:
+        space: The single-env action space.
+        actions: The batch (numpy arrays; see :func:`to_numpy` for tensors).
+        n: Number of envs the batch must cover.
+        name: How the batch is named in error messages.
+
+    Returns:
+        The batch as numpy arrays of the space's dtype, in gymnasium's batched layout.
+
+    Raises:
+        ValueError: Wrong length, shape or dtype kind, or a value outside a discrete space.
+    """
+    if not isinstance(actions, (tuple, list)) or len(actions) != n:
+        got = f"length {len(actions)}" if isinstance(actions, (tuple, list)) else type(actions)
+        raise ValueError(f"{name}: expected a sequence of {n} actions for {space}, got {got}")
+    for i, action in enumerate(actions):
+        if not space.contains(action):
+            raise ValueError(f"{name}[{i}]={action!r} is not in the action space {space}")
+    return tuple(actions)
+
+
+def _as_array(space: spaces.Space, actions: Any, n: int, name: str) -> np.ndarray:
+    array = np.asarray(actions)
+    shape = (n, *space.shape)
+    if array.shape != shape:
+        raise ValueError(
+            f"{name}: expected shape {shape} (num envs {n} x {space.shape}) for {space}, "
+            f"got shape {array.shape}"
+        )
+    return array
+
+
+@check_actions.register(spaces.Box)
+def _(space: spaces.Box, actions: Any, n: int, name: str = "actions") -> np.ndarray:
+    array = _as_array(space, actions, n, name)
+    if array.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected a numeric dtype castable to {space.dtype}, got {array.dtype}")
+    if array.dtype.kind == "f" and space.dtype.kind in "iu":
+        raise ValueError(
+            f"{name}: expected dtype {space.dtype} (integer Box), got floating dtype {array.dtype}"
+        )
+    return array.astype(space.dtype, copy=False)
+
+
+def _check_integer(space: spaces.Space, array: np.ndarray, name: str) -> None:
+    if array.dtype.kind not in "biu":
+        raise ValueError(
+            f"{name}: expected an integer dtype for {space}, got {array.dtype}"
+        )
+
+
+@check_actions.register(spaces.Discrete)
+def _(space: spaces.Discrete, actions: Any, n: int, name: str = "actions") -> np.ndarray:
+    array = _as_array(space, actions, n, name)
+    _check_integer(space, array, name)
+    low, high = int(space.start), int(space.start) + int(space.n)
+    bad = (array < low) | (array >= high)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}[{i}]={array[i]} is outside {space} (valid: {low}..{high - 1})")
+    return array.astype(space.dtype, copy=False)
+
+
+@check_actions.register(spaces.MultiDiscrete)
+def _(space: spaces.MultiDiscrete, actions: Any, n: int, name: str = "actions") -> np.ndarray:
+    array = _as_array(space, actions, n, name)
+    _check_integer(space, array, name)
+    bad = (array < space.start) | (array >= space.start + space.nvec)
+    if bad.any():
+        i = int(np.argwhere(bad)[0][0])
+        raise ValueError(f"{name}[{i}]={array[i]} is outside {space}")
+    return array.astype(space.dtype, copy=False)
+
+
+@check_actions.register(spaces.MultiBinary)
+def _(space: spaces.MultiBinary, actions: Any, n: int, name: str = "actions") -> np.ndarray:
+    array = _as_array(space, actions, n, name)
+    _check_integer(space, array, name)
+    bad = (array != 0) & (array != 1)
+    if bad.any():
+        i = int(np.argwhere(bad)[0][0])
+        raise ValueError(f"{name}[{i}]={array[i]} is not binary for {space}")
+    return array.astype(space.dtype, copy=False)
+
+
+@check_actions.register(spaces.Dict)
+def _(space: spaces.Dict, actions: Any, n: int, name: str = "actions") -> dict[str, Any]:
+    if not isinstance(actions, dict) or set(actions) != set(space.spaces):
+        keys = sorted(actions) if isinstance(actions, dict) else type(actions)
+        raise ValueError(f"{name}: expected a dict with keys {sorted(space.spaces)}, got {keys}")
+    return {
+        key: check_actions(sub, actions[key], n, f"{name}[{key!r}]")
+        for key, sub in space.spaces.items()
+    }
+
+
+@check_actions.register(spaces.Tuple)
+def _(space: spaces.Tuple, actions: Any, n: int, name: str = "actions") -> tuple[Any, ...]:
+    if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
+        raise ValueError(
+            f"{name}: expected a tuple of {len(space.spaces)} batches for {space}, got {type(actions)}"
+        )
+    return tuple(
+        check_actions(sub, part, n, f"{name}[{i}]")
+        for i, (sub, part) in enumerate(zip(space.spaces, actions, strict=False))
+    )

@@ -1,0 +1,136 @@
+"""Errors raised by :class:`~pipelined_vec_env.PipelinedVectorEnv`.
+
+Worker exceptions are re-raised in the caller with their original type and the worker's
+formatted traceback attached as ``__cause__`` (the convention of
+:mod:`concurrent.futures`). These classes cover what cannot be expressed that way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+__all__ = [
+    "RemoteTraceback",
+    "StageFailedError",
+    "WaitTimeoutError",
+    "WorkerCrashedError",
+    "WorkerError",
+]
+
+
+class RemoteTraceback(Exception):
+    """The formatted traceback of an exception raised inside a worker process.
+
+    Attached as ``__cause__`` of the re-raised exception so that the traceback printed in
+    the caller shows where the worker failed.
+
+    Args:
+        tb: The traceback text as formatted in the worker.
+    """
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f"\n\nTraceback in the worker process:\n\"\"\"\n{self.tb}\"\"\""
+
+
+class WorkerError(RuntimeError):
+    """An exception from a worker that could not be rebuilt in the caller.
+
+    Raised when the worker's exception cannot be pickled or unpickled (for example a
+    class with an unusual constructor, or one the caller cannot import).
+
+    Attributes:
+        type_name: Qualified name of the exception type raised in the worker.
+        traceback: The worker's formatted traceback.
+        worker_index: Index of the worker that raised.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback: str, worker_index: int) -> None:
+        super().__init__(
+            f"worker {worker_index} raised {type_name}: {message}\n"
+            f"(the exception could not be rebuilt in this process; worker traceback below)\n"
+            f"{traceback}"
+        )
+        self.type_name = type_name
+        self.traceback = traceback
+        self.worker_index = worker_index
+
+    def __reduce__(self):  # keep it picklable for users who ship it around
+        return (_rebuild_worker_error, (self.type_name, self.traceback, self.worker_index, str(self)))
+
+
+def _rebuild_worker_error(
+    type_name: str, traceback: str, worker_index: int, text: str
+) -> WorkerError:
+    err = WorkerError.__new__(WorkerError)
+    RuntimeError.__init__(err, text)
+    err.type_name, err.traceback, err.worker_index = type_name, traceback, worker_index
+    return err
+
+
+class WorkerCrashedError(RuntimeError):
+    """A worker process died (SIGKILL, segfault, ``os._exit``) or was killed by a deadline.
+
+    Attributes:
+        worker_index: Index of the dead worker.
+        env_indices: Global indices of the envs that lived in it.
+        exitcode: The process exit code (negative: killed by that signal), or ``None``
+            when the process could not be reaped.
+    """
+
+    def __init__(
+        self,
+        worker_index: int,
+        env_indices: tuple[int, ...],
+        exitcode: int | None,
+        detail: str = "",
+    ) -> None:
+        how = f"exit code {exitcode}" if exitcode is not None else "unknown exit code"
+        super().__init__(
+            f"worker {worker_index} (envs {list(env_indices)}) died with {how}"
+            + (f": {detail}" if detail else "")
+            + ". Its stage cannot step until it is reset; other stages keep working."
+        )
+        self.worker_index = worker_index
+        self.env_indices = env_indices
+        self.exitcode = exitcode
+
+    def __reduce__(self):
+        return (type(self), (self.worker_index, self.env_indices, self.exitcode))
+
+
+class StageFailedError(RuntimeError):
+    """A stage is used after one of its workers failed, before the stage was reset.
+
+    Attributes:
+        stage: The failed stage's index.
+    """
+
+    def __init__(self, stage: int, reason: str) -> None:
+        super().__init__(
+            f"stage {stage} failed earlier ({reason}); call reset(stage={stage}) "
+            "(or reset() for all stages) before stepping it again"
+        )
+        self.stage = stage
+
+    def __reduce__(self):
+        return (_rebuild_stage_failed, (self.stage, str(self)))
+
+
+def _rebuild_stage_failed(stage: int, text: str) -> StageFailedError:
+    err = StageFailedError.__new__(StageFailedError)
+    RuntimeError.__init__(err, text)
+    err.stage = stage
+    return err
+
+
+class WaitTimeoutError(multiprocessing.TimeoutError, TimeoutError):
+    """A wait ran past its ``timeout``; the call stays in flight.
+
+    It is both :class:`multiprocessing.TimeoutError` (what gymnasium's
+    ``AsyncVectorEnv`` raises) and the builtin :class:`TimeoutError`. A later wait on the
+    same stage returns the call's real result.
+    """

@@ -1,0 +1,105 @@
+"""Observation buffers in named POSIX shared memory, laid out by gymnasium.
+
+gymnasium's :func:`~gymnasium.vector.utils.create_shared_memory` takes a ``ctx`` whose
+``Array(typecode, size)`` allocates each leaf buffer. Its own buffers
+(``multiprocessing.Array``) can only reach a child at process start, but our workers
+report their spaces *after* they start (envs are only ever built inside workers). So we
+hand gymnasium an allocator of :class:`multiprocessing.shared_memory.SharedMemory`
+segments, which pickle by name and can be sent to a running worker. Layout, reads and
+writes stay gymnasium's (``read_from_shared_memory`` / ``write_to_shared_memory``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
+
+__all__ = ["SharedArray", "SharedMemoryAllocator", "create_observation_buffers", "release"]
+
+
+class SharedArray:
+    """A ``multiprocessing.Array`` stand-in backed by a named shared memory segment.
+
+    Only ``get_obj()`` is provided: it is all gymnasium's shared memory helpers use.
+    Pickling sends the segment's name; unpickling attaches to the same segment.
+
+    Args:
+        nbytes: Size of the buffer in bytes.
+        name: Attach to this existing segment instead of creating one.
+    """
+
+    def __init__(self, nbytes: int, name: str | None = None) -> None:
+        self.nbytes = int(nbytes)
+        if name is None:
+            self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
+            self.owner = True
+        else:
+            self._shm = shared_memory.SharedMemory(name=name)
+            self.owner = False
+        self.name = self._shm.name
+
+    def get_obj(self) -> memoryview:
+        """The raw buffer (``nbytes`` long), for ``np.frombuffer``."""
+        return self._shm.buf[: self.nbytes]
+
+    def __reduce__(self):
+        return (SharedArray, (self.nbytes, self.name))
+
+    def release(self) -> None:
+        """Unmap the segment, and remove it if this process created it."""
+        with contextlib.suppress(BufferError):
+            # BufferError: the caller still holds numpy views (copy=False); the mapping
+            # then lives until those views are garbage collected.
+            self._shm.close()
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                self._shm.unlink()
+            self.owner = False
+
+
+class SharedMemoryAllocator:
+    """The ``ctx`` argument for gymnasium's ``create_shared_memory``: allocates
+    :class:`SharedArray` buffers and remembers them so they can be released."""
+
+    def __init__(self) -> None:
+        self.arrays: list[SharedArray] = []
+
+    def Array(self, typecode: Any, size: int) -> SharedArray:  # noqa: N802 (mp's name)
+        itemsize = (
+            ctypes.sizeof(typecode) if isinstance(typecode, type) else np.dtype(typecode).itemsize
+        )
+        array = SharedArray(itemsize * int(size))
+        self.arrays.append(array)
+        return array
+
+
+def create_observation_buffers(
+    space: spaces.Space, n: int
+) -> tuple[Any, list[SharedArray]] | None:
+    """Create shared observation buffers for ``n`` envs of ``space``.
+
+    Returns:
+        ``(buffers, arrays)`` where ``buffers`` is gymnasium's nested structure of
+        :class:`SharedArray` and ``arrays`` lists every segment (to release them), or
+        ``None`` when the space has no shared memory layout (Graph, Sequence, custom
+        spaces): observations then travel through the pipe.
+    """
+    allocator = SharedMemoryAllocator()
+    try:
+        buffers = create_shared_memory(space, n=n, ctx=allocator)  # type: ignore[arg-type]
+    except Exception:  # CustomSpaceError / TypeError: no shared layout for this space
+        release(allocator.arrays)
+        return None
+    return buffers, allocator.arrays
+
+
+def release(arrays: list[SharedArray]) -> None:
+    """Release every segment in ``arrays``."""
+    for array in arrays:
+        array.release()

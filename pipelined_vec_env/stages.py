@@ -1,0 +1,200 @@
+"""The stage scheduler: how envs split into stages and workers, and each stage's call state.
+
+Envs ``[0, num_envs)`` split into ``num_stages`` contiguous slices the way
+:func:`numpy.array_split` splits (sizes differ by at most one, larger ones first); each
+stage's envs split the same way over ``ceil(stage_size / envs_per_worker)`` workers. A
+stage has at most one call in flight (``step``, ``reset``, ``call`` or ``set_attr``), its
+own failure flag, and its own answers, so one stage can reset while another steps and a
+failed stage never blocks the others. The idea of splitting envs into pipeline stages so
+that inference on one overlaps simulation of another comes from verl's VLA ``EnvLoop`` and
+RLinf's pipelined rollout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+
+from .errors import StageFailedError, WaitTimeoutError, WorkerCrashedError
+from .worker_handle import (
+    CRASHED,
+    WorkerHandle,
+    deadline_after,
+    raise_worker_error,
+    receive_all,
+    receive_ready,
+    remaining,
+)
+
+__all__ = ["Stage", "split_range", "wait_any_stage"]
+
+
+def split_range(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
+    """Split ``[start, stop)`` into ``parts`` contiguous ranges like ``np.array_split``.
+
+    Example:
+        >>> split_range(0, 7, 3)
+        [(0, 3), (3, 5), (5, 7)]
+    """
+    size, extra = divmod(stop - start, parts)
+    bounds = []
+    lo = start
+    for i in range(parts):
+        hi = lo + size + (1 if i < extra else 0)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+@dataclass
+class Stage:
+    """One pipeline stage: a contiguous slice of envs, its workers and its call state.
+
+    Attributes:
+        index: Stage index.
+        envs: Global env indices of the stage, as a slice.
+        workers: The workers serving the stage, in env order.
+        state: The call in flight (``"step"``, ``"reset"``, ``"call"``, ``"set_attr"``) or
+            None when idle.
+        whole: The call in flight belongs to a whole-env call (``stage=None``).
+        failure: Why the stage failed, or None; a failed stage must be reset.
+        context: Per-call data kept between the async and the wait half.
+    """
+
+    index: int
+    envs: slice
+    workers: list[WorkerHandle]
+    state: str | None = None
+    whole: bool = False
+    failure: str | None = None
+    context: Any = None
+    _answers: list[tuple[str, Any]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """Number of envs in the stage."""
+        return self.envs.stop - self.envs.start
+
+    def begin(self, op: str, whole: bool) -> None:
+        """Check that ``op`` may start on this stage.
+
+        Raises:
+            AlreadyPendingCallError: A call is already in flight on the stage.
+            StageFailedError: The stage failed and ``op`` is not a reset.
+        """
+        if self.state is not None:
+            where = "" if self.whole else f"stage={self.index}"
+            raise AlreadyPendingCallError(
+                f"stage {self.index} has a `{self.state}` call in flight; call "
+                f"`{self.state}_wait({where})` before starting `{op}`",
+                self.state,
+            )
+        if self.failure is not None and op != "reset":
+            raise StageFailedError(self.index, self.failure)
+
+    def mark(self, op: str, whole: bool, context: Any = None) -> None:
+        """Record that ``op`` is now in flight."""
+        self.state, self.whole, self.context = op, whole, context
+
+    def check_wait(self, op: str, whole: bool) -> None:
+        """Check that a wait for ``op`` matches the call in flight.
+
+        Raises:
+            NoAsyncCallError: No ``op`` call in flight on this stage, or it was started for
+                the whole env (``stage=None``) and is awaited per stage, or vice versa.
+        """
+        wait_name = f"{op}_wait" if op in ("step", "reset") else op
+        if self.state != op:
+            raise NoAsyncCallError(
+                f"`{wait_name}` on stage {self.index} without a prior `{op}` call "
+                f"(in flight: {self.state})",
+                op,
+            )
+        if self.whole != whole:
+            started = "for all stages (stage=None)" if self.whole else f"with stage={self.index}"
+            raise NoAsyncCallError(
+                f"stage {self.index}'s `{op}` was started {started}; wait for it the same way",
+                op,
+            )
+
+    def finish(self) -> tuple[list[tuple[WorkerHandle, Any]], BaseException | None]:
+        """Consume the answers of the call in flight and return the stage to idle.
+
+        Must be called once every worker answered (see :func:`receive_all`).
+
+        Returns:
+            ``(results, error)``: ``(worker, payload)`` for each worker that answered
+            ``ok``, and the first failure as an exception (not raised), in which case the
+            stage is marked failed.
+        """
+        results = []
+        error: BaseException | None = None
+        for worker in self.workers:
+            if worker.answer is None:
+                continue  # the worker had nothing to do in this call
+            answer = worker.take()
+            if answer[0] == "ok":
+                results.append((worker, answer[1]))
+                continue
+            try:
+                raise_worker_error(worker, answer)
+            except BaseException as exc:  # noqa: BLE001 - kept and raised by the caller
+                if error is None:
+                    error = exc
+                reason = (
+                    f"worker {worker.index} died"
+                    if answer[0] == CRASHED
+                    else f"worker {worker.index} raised {answer[1][1]}"
+                )
+                self.failure = self.failure or reason
+        self.state, self.whole, self.context = None, False, None
+        return results, error
+
+    def wait(self, timeout: float | None) -> None:
+        """Wait for every worker of the stage to answer.
+
+        Raises:
+            WaitTimeoutError: Not all answers arrived within ``timeout`` seconds; the call
+                stays in flight.
+        """
+        receive_all(self.workers, timeout)
+
+    def done(self) -> bool:
+        """Whether every worker answered the call in flight."""
+        return not any(w.pending for w in self.workers)
+
+
+def wait_any_stage(stages: list[Stage], timeout: float | None) -> int:
+    """Return the index of a stage whose call in flight has completed, waiting if needed.
+
+    Among completed stages the lowest index is returned. The call stays in flight: collect
+    it with the matching wait (``step_wait(stage=s)`` ...).
+
+    Raises:
+        NoAsyncCallError: No stage has a call in flight.
+        WaitTimeoutError: None completed within ``timeout`` seconds.
+    """
+    busy = [s for s in stages if s.state is not None]
+    if not busy:
+        raise NoAsyncCallError("wait_any: no stage has a call in flight", "wait_any")
+    deadline = deadline_after(timeout)
+    while True:
+        for stage in busy:
+            if stage.done():
+                return stage.index
+        handles = [w for s in busy for w in s.workers]
+        if not receive_ready(handles, remaining(deadline)):
+            raise WaitTimeoutError(f"no stage completed within {timeout} s")
+
+
+def check_startable(stages: list[Stage], op: str, whole: bool) -> None:
+    """Run :meth:`Stage.begin` on each stage (all checks before any worker is touched)."""
+    for stage in stages:
+        stage.begin(op, whole)
+
+
+def crashed_error(worker: WorkerHandle) -> WorkerCrashedError:
+    """The error for a worker already known dead."""
+    return WorkerCrashedError(worker.index, worker.env_indices, worker.process.exitcode)

@@ -1,0 +1,695 @@
+"""``PipelinedVectorEnv``: a gymnasium VectorEnv over staged subprocess workers."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import sys
+from collections.abc import Callable, Sequence
+from copy import deepcopy
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium import Env, Space
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import (
+    batch_differing_spaces,
+    batch_space,
+    concatenate,
+    create_empty_array,
+    read_from_shared_memory,
+)
+
+from .batching import batch_slice, check_actions, to_numpy
+from .errors import WorkerCrashedError
+from .shared_memory import create_observation_buffers, release
+from .stages import Stage, check_startable, split_range, wait_any_stage
+from .worker_handle import WorkerHandle, raise_worker_error, receive_all
+
+__all__ = ["PipelinedVectorEnv"]
+
+logger = logging.getLogger(__name__)
+
+
+class _InfoBatch:
+    """Merges per-env info dicts into a batch of ``num_envs`` with gymnasium's own rules."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+def _default_context() -> str:
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
+
+
+def _resolve_affinity(
+    cpu_affinity: str | Sequence[Sequence[int]] | None, num_workers: int
+) -> list[tuple[int, ...] | None]:
+    if cpu_affinity is None:
+        return [None] * num_workers
+    if cpu_affinity == "auto":
+        if not hasattr(os, "sched_getaffinity"):
+            logger.warning("cpu_affinity='auto' is ignored: os.sched_getaffinity is Linux-only")
+            return [None] * num_workers
+        cores = sorted(os.sched_getaffinity(0))
+        return [(cores[i % len(cores)],) for i in range(num_workers)]
+    if isinstance(cpu_affinity, str) or len(cpu_affinity) != num_workers:
+        raise ValueError(
+            f"cpu_affinity: expected None, 'auto' or one core set per worker "
+            f"({num_workers} workers), got {cpu_affinity!r}"
+        )
+    sets = []
+    for i, cores in enumerate(cpu_affinity):
+        cores = tuple(int(c) for c in cores)
+        if not cores or any(c < 0 for c in cores):
+            raise ValueError(f"cpu_affinity[{i}]: expected a non-empty set of core ids, got {cores}")
+        sets.append(cores)
+    return sets
+
+
+class PipelinedVectorEnv(VectorEnv):
+    """A gymnasium ``VectorEnv`` whose envs live in subprocess workers grouped into stages.
+
+    Each stage has its own ``step_async(actions, stage)`` / ``step_wait(stage)``, so a
+    policy can infer on one stage while the simulators of the others step. With
+    ``stage=None`` (the default) every method behaves like gymnasium's vector envs, so code
+    that knows nothing of stages works unchanged and gets results identical to
+    :class:`gymnasium.vector.SyncVectorEnv`.
+
+    Envs split into stages like ``np.array_split`` (contiguous, sizes differ by at most
+    one); each stage's envs split the same way over ``ceil(stage_size / envs_per_worker)``
+    worker processes. Observations go through shared memory where the space allows
+    (gymnasium's layout), through the pipe otherwise; infos travel through the pipe.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from pipelined_vec_env import PipelinedVectorEnv
+        >>> envs = PipelinedVectorEnv(
+        ...     [lambda: gym.make("CartPole-v1") for _ in range(4)], num_stages=2
+        ... )
+        >>> obs, info = envs.reset(seed=0)
+        >>> obs.shape, envs.stage_slices
+        ((4, 4), (slice(0, 2, None), slice(2, 4, None)))
+        >>> envs.step_async(np.zeros(2, dtype=np.int64), stage=0)
+        >>> obs0, rew0, term0, trunc0, info0 = envs.step_wait(stage=0)
+        >>> obs0.shape
+        (2, 4)
+        >>> envs.close()
+
+    Args:
+        env_fns: One constructor per env; each is cloudpickled and called inside its worker
+            (lambdas and closures work).
+        num_stages: Number of pipeline stages, in ``[1, num_envs]``.
+        envs_per_worker: Envs per worker process (amortises one message over several env
+            steps). Workers per stage: ``ceil(stage_size / envs_per_worker)``.
+        context: ``multiprocessing`` start method name or context. Default ``"forkserver"``
+            on Linux (never plain fork: simulators and CUDA do not survive it), else
+            ``"spawn"``.
+        shared_memory: Put observations in shared memory when the space allows it.
+        copy: Return copies of the observations (else views into buffers that the next
+            call overwrites).
+        autoreset_mode: gymnasium's :class:`~gymnasium.vector.AutoresetMode` (or its
+            string value), applied inside the workers.
+        observation_mode: ``"same"``, ``"different"`` (envs whose observation spaces
+            differ in bounds but share shape and dtype) or a tuple ``(batched_space,
+            single_space)``, as for ``SyncVectorEnv``.
+        cpu_affinity: None; ``"auto"`` (worker k pinned to the k-th allowed core, round
+            robin); or one core set per worker. Applied from inside each worker with
+            ``os.sched_setaffinity`` (Linux; elsewhere a warning).
+        worker_threads: Cap on OpenMP/BLAS/torch threads inside each worker (default 1,
+            so simulators do not oversubscribe cores); None leaves them alone.
+        daemon: Start workers as daemon processes (they cannot start processes of their
+            own). Set False for envs that spawn subprocesses.
+
+    Raises:
+        ValueError: Bad arguments (checked before any worker starts).
+        RuntimeError: Sub-env spaces that do not match as ``observation_mode`` requires.
+        Exception: An error raised by an env constructor is re-raised with its type.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env]],
+        *,
+        num_stages: int = 1,
+        envs_per_worker: int = 1,
+        context: str | Any | None = None,
+        shared_memory: bool = True,
+        copy: bool = True,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        observation_mode: str | tuple[Space, Space] = "same",
+        cpu_affinity: str | Sequence[Sequence[int]] | None = None,
+        worker_threads: int | None = 1,
+        daemon: bool = True,
+    ) -> None:
+        self.closed = True  # until the workers are up, close() has nothing to do
+        self._handles: list[WorkerHandle] = []
+        self._shm_arrays: list[Any] = []
+        env_fns = list(env_fns)
+        if not env_fns or not all(callable(fn) for fn in env_fns):
+            raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
+        num_envs = len(env_fns)
+        if not isinstance(num_stages, (int, np.integer)) or not 1 <= num_stages <= num_envs:
+            raise ValueError(f"num_stages: expected an int in [1, {num_envs}], got {num_stages!r}")
+        if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
+            raise ValueError(f"envs_per_worker: expected an int >= 1, got {envs_per_worker!r}")
+        if worker_threads is not None and (not isinstance(worker_threads, int) or worker_threads < 1):
+            raise ValueError(f"worker_threads: expected None or an int >= 1, got {worker_threads!r}")
+        if not (
+            observation_mode in ("same", "different")
+            or (isinstance(observation_mode, tuple) and len(observation_mode) == 2)
+        ):
+            raise ValueError(
+                "observation_mode: expected 'same', 'different' or a tuple "
+                f"(batched_space, single_space), got {observation_mode!r}"
+            )
+        self.autoreset_mode = (
+            autoreset_mode
+            if isinstance(autoreset_mode, AutoresetMode)
+            else AutoresetMode(autoreset_mode)
+        )
+        self.env_fns = env_fns
+        self.num_envs = num_envs
+        self.num_stages = int(num_stages)
+        self.envs_per_worker = int(envs_per_worker)
+        self.copy = copy
+        self.observation_mode = observation_mode
+        self.shared_memory = shared_memory
+
+        # layout: stages, then workers within each stage
+        layout: list[tuple[int, list[tuple[int, int]]]] = []
+        for s, (lo, hi) in enumerate(split_range(0, num_envs, self.num_stages)):
+            n_workers = -(-(hi - lo) // self.envs_per_worker)
+            layout.append((s, split_range(lo, hi, n_workers)))
+        num_workers = sum(len(w) for _, w in layout)
+        cores = _resolve_affinity(cpu_affinity, num_workers)
+        self.cpu_affinity = cpu_affinity
+        self.stage_slices: tuple[slice, ...] = tuple(
+            slice(w[0][0], w[-1][1]) for _, w in layout
+        )
+        ctx = mp.get_context(context or _default_context()) if not hasattr(context, "Process") else context
+        self.context = ctx
+
+        self.closed = False
+        try:
+            for s, worker_ranges in layout:
+                for lo, hi in worker_ranges:
+                    self._handles.append(
+                        WorkerHandle(
+                            ctx,
+                            index=len(self._handles),
+                            stage=s,
+                            env_indices=tuple(range(lo, hi)),
+                            pickled_env_fns=cloudpickle.dumps(env_fns[lo:hi]),
+                            autoreset_mode=self.autoreset_mode,
+                            cpu_cores=cores[len(self._handles)],
+                            worker_threads=worker_threads,
+                            daemon=daemon,
+                        )
+                    )
+            receive_all(self._handles, timeout=None)
+            descriptions = []
+            for h in self._handles:
+                answer = h.take()
+                if answer[0] != "ready":
+                    raise_worker_error(h, answer)
+                descriptions.append(answer[1])
+            self._setup_spaces(descriptions)
+        except BaseException:
+            self.close(terminate=True)
+            raise
+
+        self.stages: tuple[Stage, ...] = tuple(
+            Stage(s, self.stage_slices[s], [h for h in self._handles if h.stage == s])
+            for s in range(self.num_stages)
+        )
+        self._env_obs: list[Any] = [None] * num_envs
+        self._buffers = None
+        if shared_memory:
+            created = create_observation_buffers(self.single_observation_space, num_envs)
+            if created is not None:
+                self._buffers, self._shm_arrays = created
+            else:
+                logger.info(
+                    "no shared memory layout for %s; observations go through the pipe",
+                    self.single_observation_space,
+                )
+        for h in self._handles:
+            h.send("attach", (self.single_observation_space, self._buffers), expect_answer=False)
+
+    # ------------------------------------------------------------------ set-up
+
+    def _setup_spaces(self, descriptions: list[dict[str, Any]]) -> None:
+        obs_spaces = [s for d in descriptions for s in d["observation_spaces"]]
+        act_spaces = [s for d in descriptions for s in d["action_spaces"]]
+        first = descriptions[0]
+        self.metadata = dict(first["metadata"])
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = first["render_mode"]
+        self.env_spec = first["spec"]
+        self.single_action_space = act_spaces[0]
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        mode = self.observation_mode
+        if isinstance(mode, tuple):
+            self.observation_space, self.single_observation_space = mode
+        elif mode == "same":
+            self.single_observation_space = obs_spaces[0]
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        else:
+            self.single_observation_space = obs_spaces[0]
+            self.observation_space = batch_differing_spaces(obs_spaces)
+        for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces, strict=False)):
+            if mode == "same" and obs_space != self.single_observation_space:
+                raise RuntimeError(
+                    f"observation_mode='same' but env {i}'s observation space {obs_space} "
+                    f"differs from env 0's {self.single_observation_space}; use "
+                    "observation_mode='different' if this is intended"
+                )
+            if mode != "same" and not is_space_dtype_shape_equiv(
+                obs_space, self.single_observation_space
+            ):
+                raise RuntimeError(
+                    f"env {i}'s observation space {obs_space} does not share shape and dtype "
+                    f"with {self.single_observation_space}"
+                )
+            if act_space != self.single_action_space:
+                raise RuntimeError(
+                    f"env {i}'s action space {act_space} differs from env 0's "
+                    f"{self.single_action_space}"
+                )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _select(self, stage: int | None) -> tuple[list[Stage], slice]:
+        if stage is None:
+            return list(self.stages), slice(0, self.num_envs)
+        if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or not (
+            0 <= stage < self.num_stages
+        ):
+            raise ValueError(f"stage: expected None or an int in [0, {self.num_stages}), got {stage!r}")
+        return [self.stages[stage]], self.stage_slices[stage]
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the vector env is closed")
+
+    def _observations(self, envs: slice) -> Any:
+        space = self.single_observation_space
+        if self._buffers is not None:
+            view = read_from_shared_memory(space, self._buffers, n=self.num_envs)
+            batch = batch_slice(space, view, envs)
+            return deepcopy(batch) if self.copy else batch
+        items = self._env_obs[envs]
+        return concatenate(space, items, create_empty_array(space, n=len(items), fn=np.zeros))
+
+    def _wait(self, stages: list[Stage], op: str, whole: bool, timeout: float | None) -> list:
+        """Wait for ``op`` on ``stages``; return ``(stage, results)`` pairs or raise the
+        first failure after every stage has been drained."""
+        for stage in stages:
+            stage.check_wait(op, whole)
+        receive_all([w for s in stages for w in s.workers], timeout)
+        collected, error = [], None
+        for stage in stages:
+            results, stage_error = stage.finish()
+            collected.append((stage, results))
+            error = error or stage_error
+        if error is not None:
+            raise error
+        return collected
+
+    # ------------------------------------------------------------------ reset
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every env (all stages); see :meth:`reset_async` for ``seed``/``options``.
+
+        Returns:
+            ``(observations, infos)`` batched over all ``num_envs`` envs.
+        """
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(
+        self,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+        stage: int | None = None,
+    ) -> None:
+        """Start resetting one stage's envs (or all envs with ``stage=None``).
+
+        Args:
+            seed: None; an int ``seed`` (env ``i`` gets ``seed + i``, ``i`` its *global*
+                index whatever the stage); or a list with one seed per env of the call.
+            options: A dict passed to every env, whose optional ``"reset_mask"`` (bool
+                array, one entry per env of the call) selects the envs to reset; or a
+                list with one options dict per env of the call (for example one init
+                state per env).
+            stage: The stage to reset, or None for all stages (every stage must be idle).
+
+        Raises:
+            ValueError / TypeError: Bad ``seed``, ``options`` or ``stage`` (before any
+                worker is touched).
+            AlreadyPendingCallError: A selected stage has a call in flight.
+        """
+        self._check_open()
+        stages, envs = self._select(stage)
+        n = envs.stop - envs.start
+        if seed is None:
+            seeds: list[Any] = [None] * n
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [int(seed) + i for i in range(envs.start, envs.stop)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(
+                    f"seed: a list of seeds must have one entry per env of the call ({n}), "
+                    f"got {len(seeds)}"
+                )
+        mask = np.ones(n, dtype=np.bool_)
+        if options is None or isinstance(options, dict):
+            env_options = dict(options) if options is not None else None
+            if env_options is not None and "reset_mask" in env_options:
+                mask = env_options.pop("reset_mask")
+                if not isinstance(mask, np.ndarray):
+                    raise TypeError(f"options['reset_mask']: expected a numpy array, got {type(mask)}")
+                if mask.shape != (n,):
+                    raise ValueError(
+                        f"options['reset_mask']: expected shape ({n},) (one per env of the "
+                        f"call), got {mask.shape}"
+                    )
+                if mask.dtype != np.bool_:
+                    raise TypeError(f"options['reset_mask']: expected dtype bool, got {mask.dtype}")
+                if not mask.any():
+                    raise ValueError("options['reset_mask']: expected at least one True entry")
+            per_env = [env_options] * n
+        else:
+            per_env = list(options)
+            if len(per_env) != n or not all(o is None or isinstance(o, dict) for o in per_env):
+                raise ValueError(
+                    f"options: a list of options must hold one dict (or None) per env of the "
+                    f"call ({n}), got {options!r}"
+                )
+        check_startable(stages, "reset", stage is None)
+        for s in stages:
+            dead = [w for w in s.workers if w.dead]
+            if dead:
+                w = dead[0]
+                raise WorkerCrashedError(
+                    w.index, w.env_indices, w.process.exitcode, "a dead worker cannot be reset"
+                )
+        for s in stages:
+            reset_ids: dict[int, list[int]] = {}
+            for w in s.workers:
+                ids = [g for g in w.env_indices if mask[g - envs.start]]
+                if ids:
+                    w.send(
+                        "reset",
+                        [
+                            (g - w.env_indices[0], seeds[g - envs.start], per_env[g - envs.start])
+                            for g in ids
+                        ],
+                    )
+                    reset_ids[w.index] = ids
+            full = len(reset_ids) == len(s.workers) and sum(map(len, reset_ids.values())) == s.size
+            s.mark("reset", stage is None, context=(full, reset_ids))
+
+    def reset_wait(
+        self, stage: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Wait for the reset started by :meth:`reset_async` with the same ``stage``.
+
+        Args:
+            stage: The stage, or None for a whole-env reset.
+            timeout: Seconds to wait; None waits as long as the workers are alive.
+
+        Returns:
+            ``(observations, infos)`` for the stage's envs (all envs with ``stage=None``).
+            Envs left out by a ``reset_mask`` keep their last observation.
+
+        Raises:
+            NoAsyncCallError: No matching reset in flight.
+            WaitTimeoutError: Timed out; the reset stays in flight.
+            WorkerCrashedError / the worker's exception: A worker failed; that stage is
+                marked failed, the other stages are unaffected.
+        """
+        self._check_open()
+        stages, envs = self._select(stage)
+        contexts = {s.index: s.context for s in stages}
+        collected = self._wait(stages, "reset", stage is None, timeout)
+        infos: dict[str, Any] = {}
+        batcher = _InfoBatch(envs.stop - envs.start)
+        for s, results in collected:
+            full, reset_ids = contexts[s.index]
+            if full:
+                s.failure = None
+            for worker, (items, env_infos) in results:
+                for k, g in enumerate(reset_ids[worker.index]):
+                    if items is not None:
+                        self._env_obs[g] = items[k]
+                    for info in env_infos[k]:
+                        infos = batcher._add_info(infos, info, g - envs.start)
+        return self._observations(envs), infos
+
+    # ------------------------------------------------------------------ step
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env (all stages) with ``actions`` batched over ``num_envs``."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any, stage: int | None = None) -> None:
+        """Send actions to one stage's envs (or all envs with ``stage=None``) and return.
+
+        Args:
+            actions: A batch for the stage's envs only (all envs with ``stage=None``) in
+                gymnasium's batched layout of ``single_action_space``: numpy arrays or
+                torch tensors (CPU or CUDA).
+            stage: The stage, or None for all stages (every stage must be idle).
+
+        Raises:
+            ValueError: Wrong shape, dtype or out-of-space values, naming the expected
+                shape (before any worker is touched).
+            AlreadyPendingCallError: The stage has a call in flight.
+            StageFailedError: The stage failed earlier and was not reset.
+        """
+        self._check_open()
+        stages, envs = self._select(stage)
+        n = envs.stop - envs.start
+        check_startable(stages, "step", stage is None)
+        batch = check_actions(self.single_action_space, to_numpy(actions), n)
+        space = self.single_action_space
+        for s in stages:
+            for w in s.workers:
+                lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
+                w.send("step", batch_slice(space, batch, slice(lo, hi)))
+            s.mark("step", stage is None)
+
+    def step_wait(
+        self, stage: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait for the step started by :meth:`step_async` with the same ``stage``.
+
+        Args:
+            stage: The stage, or None for a whole-env step.
+            timeout: Seconds to wait; None waits as long as the workers are alive (a dead
+                worker is noticed at once).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)`` for the stage's
+            envs: rewards float64, terminations/truncations bool, each of shape
+            ``(stage_size,)``; infos merged as gymnasium does.
+
+        Raises:
+            NoAsyncCallError: No matching step in flight.
+            WaitTimeoutError: Timed out; the step stays in flight.
+            WorkerCrashedError / the worker's exception: A worker failed; its stage is
+                marked failed until reset, other stages are unaffected.
+        """
+        self._check_open()
+        stages, envs = self._select(stage)
+        n = envs.stop - envs.start
+        collected = self._wait(stages, "step", stage is None, timeout)
+        rewards = np.zeros(n, dtype=np.float64)
+        terminations = np.zeros(n, dtype=np.bool_)
+        truncations = np.zeros(n, dtype=np.bool_)
+        infos: dict[str, Any] = {}
+        batcher = _InfoBatch(n)
+        for _, results in collected:
+            for worker, (items, rew, term, trunc, env_infos) in results:
+                lo = worker.env_indices[0] - envs.start
+                hi = lo + len(worker.env_indices)
+                rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
+                for k, g in enumerate(worker.env_indices):
+                    if items is not None:
+                        self._env_obs[g] = items[k]
+                    for info in env_infos[k]:
+                        infos = batcher._add_info(infos, info, g - envs.start)
+        return self._observations(envs), rewards, terminations, truncations, infos
+
+    def wait_any(self, timeout: float | None = None) -> int:
+        """Block until some stage's call in flight has completed and return that stage.
+
+        Use it to serve whichever stage finishes first::
+
+            s = envs.wait_any()
+            obs, rew, term, trunc, info = envs.step_wait(stage=s)
+
+        The call stays in flight until collected with the matching wait. Among completed
+        stages the lowest index is returned.
+
+        Raises:
+            NoAsyncCallError: No stage has a call in flight.
+            WaitTimeoutError: No stage completed within ``timeout`` seconds.
+        """
+        self._check_open()
+        return wait_any_stage(list(self.stages), timeout)
+
+    # ------------------------------------------------------------------ calls
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` on every env (its value if it is not callable), like gymnasium.
+
+        Every stage must be idle.
+
+        Returns:
+            One result per env, in env order.
+        """
+        return self.call_at(None, name, *args, **kwargs)
+
+    def call_at(
+        self, env_indices: Sequence[int] | None, name: str, *args: Any, **kwargs: Any
+    ) -> tuple[Any, ...]:
+        """Like :meth:`call` but only on the envs ``env_indices`` (global; None: all).
+
+        The stages holding those envs must be idle; other stages may be busy.
+
+        Returns:
+            One result per selected env, in the order of ``env_indices``.
+        """
+        self._check_open()
+        groups = self._group(env_indices)
+        stages = [self.stages[s] for s in {w.stage for w in groups}]
+        check_startable(stages, "call", False)
+        for w, locals_ in groups.items():
+            w.send("call", (name, args, kwargs, locals_))
+        for s in stages:
+            s.mark("call", False)
+        return self._gather(stages, groups, env_indices)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Get attribute ``name`` of every env (through wrappers), like gymnasium."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every env.
+
+        Args:
+            name: Attribute name (set through wrappers with ``set_wrapper_attr``).
+            values: A list or tuple with one value per env, or one value for all.
+
+        Raises:
+            ValueError: A list/tuple whose length is not ``num_envs``.
+        """
+        self.set_attr_at(None, name, values)
+
+    def set_attr_at(self, env_indices: Sequence[int] | None, name: str, values: Any) -> None:
+        """Like :meth:`set_attr` but only on the envs ``env_indices`` (global; None: all)."""
+        self._check_open()
+        count = self.num_envs if env_indices is None else len(env_indices)
+        if not isinstance(values, (list, tuple)):
+            values = [values] * count
+        if len(values) != count:
+            raise ValueError(
+                f"values: expected one value per env ({count}) or a single value, got {len(values)}"
+            )
+        targets = list(range(self.num_envs)) if env_indices is None else list(env_indices)
+        by_env = dict(zip(targets, values, strict=False))
+        groups = self._group(env_indices)
+        stages = [self.stages[s] for s in {w.stage for w in groups}]
+        check_startable(stages, "set_attr", False)
+        for w, locals_ in groups.items():
+            w.send("set_attr", (name, [by_env[w.env_indices[i]] for i in locals_], locals_))
+        for s in stages:
+            s.mark("set_attr", False)
+        self._gather(stages, groups, env_indices)
+
+    def render(self) -> tuple[Any, ...]:
+        """Return one rendered frame per env (``render_mode`` set at env construction)."""
+        return self.call("render")
+
+    def _group(self, env_indices: Sequence[int] | None) -> dict[WorkerHandle, list[int]]:
+        targets = range(self.num_envs) if env_indices is None else env_indices
+        groups: dict[WorkerHandle, list[int]] = {}
+        for g in targets:
+            if not isinstance(g, (int, np.integer)) or not 0 <= g < self.num_envs:
+                raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
+            w = self._worker_of(int(g))
+            groups.setdefault(w, []).append(int(g) - w.env_indices[0])
+        return groups
+
+    def _worker_of(self, g: int) -> WorkerHandle:
+        for w in self._handles:
+            if w.env_indices[0] <= g <= w.env_indices[-1]:
+                return w
+        raise AssertionError(g)
+
+    def _gather(
+        self,
+        stages: list[Stage],
+        groups: dict[WorkerHandle, list[int]],
+        env_indices: Sequence[int] | None,
+    ) -> tuple[Any, ...]:
+        op = stages[0].state if stages else "call"
+        collected = self._wait(stages, op, False, None)
+        value: dict[int, Any] = {}
+        for _, results in collected:
+            for worker, payload in results:
+                if payload is None:
+                    continue
+                for local, result in zip(groups[worker], payload, strict=False):
+                    value[worker.env_indices[local]] = result
+        targets = range(self.num_envs) if env_indices is None else env_indices
+        return tuple(value.get(int(g)) for g in targets)
+
+    # ------------------------------------------------------------------ close
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
+        """Stop every worker and release shared memory. Always returns.
+
+        Args:
+            timeout: Seconds to give each worker to close its envs before it is
+                terminated (default 5).
+            terminate: Terminate the workers at once instead of asking them to close.
+        """
+        grace = 0.0 if terminate else (5.0 if timeout is None else timeout)
+        for h in self._handles:
+            try:
+                h.close(timeout=grace)
+            except Exception:  # close must always return
+                logger.warning("closing worker %d failed", h.index, exc_info=True)
+        release(self._shm_arrays)
+        self._shm_arrays = []
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close(terminate=True)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return (
+            f"PipelinedVectorEnv(num_envs={getattr(self, 'num_envs', '?')}, "
+            f"num_stages={getattr(self, 'num_stages', '?')}, "
+            f"envs_per_worker={getattr(self, 'envs_per_worker', '?')})"
+        )
+

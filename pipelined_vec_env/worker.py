@@ -1,0 +1,305 @@
+"""The worker protocol: what runs inside each subprocess and the messages it exchanges.
+
+A worker owns one or several envs (``envs_per_worker``), built inside it from
+cloudpickled constructors, so simulators never share a process with the caller. It
+serves one command at a time from its pipe and answers each with exactly one message.
+
+Messages from the caller are ``(command, payload)`` tuples:
+
+============  =============================================  ============================
+command       payload                                        answer payload
+============  =============================================  ============================
+``attach``    ``(observation_space, buffers or None)``       none (no answer is sent)
+``reset``     ``[(local_index, seed, options), ...]``        ``(obs_items, infos)``
+``step``      batched actions for the worker's envs          ``(obs_items, rewards,
+                                                             terminations, truncations,
+                                                             infos)``
+``call``      ``(name, args, kwargs, local_indices)``        tuple of per-env results
+``set_attr``  ``(name, values, local_indices)``              ``None``
+``close``     ``None``                                       ``None``, then the worker
+                                                             exits
+============  =============================================  ============================
+
+Answers are ``("ok", payload)`` or ``("error", (pickled_exception or None, type_name,
+message, formatted_traceback))``. At start-up the worker sends ``("ready", description)``
+with its envs' spaces, metadata, render mode and spec, or an error. ``obs_items`` is
+``None`` when observations were written to shared memory, else a list of one observation
+per env. ``infos[i]`` is a list of info dicts that the caller merges in order with
+gymnasium's rules (under ``SAME_STEP`` autoreset a finished env contributes
+``{"final_obs", "final_info"}`` then its reset info, as ``SyncVectorEnv`` does).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium import Env
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space, iterate, write_to_shared_memory
+
+__all__ = ["THREAD_ENV_VARS", "pack_exception", "worker_main"]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variables that cap native thread pools inside each worker.
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+
+_PR_SET_PDEATHSIG = 1
+_PARENT_CHECK_SECONDS = 1.0
+
+
+def pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
+    """Describe ``exc`` so that the caller can re-raise it.
+
+    Returns:
+        ``(pickled, type_name, message, traceback)``; ``pickled`` is ``None`` when the
+        exception does not survive a pickle round trip (checked here, in the worker).
+    """
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        data: bytes | None = pickle.dumps(exc)
+        pickle.loads(data)
+    except Exception:
+        data = None
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<str() failed>"
+    return data, name, message, tb
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (covers busy/hung workers)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable")
+
+
+def _parent_alive(parent_pid: int) -> bool:
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _limit_threads(worker_threads: int | None) -> None:
+    if worker_threads is None:
+        return
+    for var in THREAD_ENV_VARS:
+        os.environ[var] = str(worker_threads)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(worker_threads)
+
+
+def _limit_torch_threads(worker_threads: int | None) -> None:
+    torch = sys.modules.get("torch")
+    if worker_threads is not None and torch is not None:
+        torch.set_num_threads(worker_threads)
+
+
+def _set_affinity(cores: tuple[int, ...] | None) -> None:
+    if cores is None:
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        logger.warning("cpu_affinity is ignored: os.sched_setaffinity is Linux-only")
+        return
+    os.sched_setaffinity(0, cores)
+
+
+class _WorkerEnvs:
+    """The envs of one worker and their autoreset state."""
+
+    def __init__(self, envs: list[Env], env_indices: tuple[int, ...], autoreset_mode: AutoresetMode):
+        self.envs = envs
+        self.env_indices = env_indices
+        self.autoreset_mode = autoreset_mode
+        self.autoreset = np.zeros(len(envs), dtype=np.bool_)
+        self.observation_space = envs[0].observation_space
+        self.buffers: Any = None
+        self.action_batch_space = batch_space(envs[0].action_space, len(envs))
+
+    def _emit(self, local: int, obs: Any, items: list[Any]) -> None:
+        if self.buffers is None:
+            items.append(obs)
+        else:
+            write_to_shared_memory(
+                self.observation_space, self.env_indices[local], obs, self.buffers
+            )
+
+    def reset(self, requests: list[tuple[int, Any, Any]]) -> tuple[list[Any] | None, list[list[dict]]]:
+        items: list[Any] = []
+        infos = []
+        for local, seed, options in requests:
+            obs, info = self.envs[local].reset(seed=seed, options=options)
+            self.autoreset[local] = False
+            self._emit(local, obs, items)
+            infos.append([info])
+        return (items if self.buffers is None else None), infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
+        n = len(self.envs)
+        rewards = np.zeros(n, dtype=np.float64)
+        terminations = np.zeros(n, dtype=np.bool_)
+        truncations = np.zeros(n, dtype=np.bool_)
+        items: list[Any] = []
+        infos: list[list[dict]] = []
+        for local, action in enumerate(iterate(self.action_batch_space, actions)):
+            env = self.envs[local]
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                obs, info = env.reset()
+                env_infos = [info]
+            else:
+                obs, reward, terminated, truncated, info = env.step(action)
+                rewards[local], terminations[local], truncations[local] = reward, terminated, truncated
+                env_infos = [info]
+                if self.autoreset_mode == AutoresetMode.SAME_STEP and (terminated or truncated):
+                    env_infos = [{"final_obs": obs, "final_info": info}]
+                    obs, info = env.reset()
+                    env_infos.append(info)
+            self._emit(local, obs, items)
+            infos.append(env_infos)
+        self.autoreset = terminations | truncations
+        return (items if self.buffers is None else None), rewards, terminations, truncations, infos
+
+    def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
+        results = []
+        for local in range(len(self.envs)) if local_indices is None else local_indices:
+            attr = self.envs[local].get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return tuple(results)
+
+    def set_attr(self, name: str, values: list[Any], local_indices: list[int] | None) -> None:
+        targets = range(len(self.envs)) if local_indices is None else local_indices
+        for local, value in zip(targets, values, strict=True):
+            self.envs[local].set_wrapper_attr(name, value)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _describe(envs: list[Env]) -> dict[str, Any]:
+    first = envs[0]
+    return {
+        "observation_spaces": [env.observation_space for env in envs],
+        "action_spaces": [env.action_space for env in envs],
+        "metadata": dict(first.metadata),
+        "render_mode": first.render_mode,
+        "spec": first.spec,
+    }
+
+
+def worker_main(
+    worker_index: int,
+    pickled_env_fns: bytes,
+    env_indices: tuple[int, ...],
+    conn: Connection,
+    parent_pid: int,
+    autoreset_mode: AutoresetMode,
+    cpu_cores: tuple[int, ...] | None,
+    worker_threads: int | None,
+) -> None:
+    """Serve commands for the envs ``env_indices`` until ``close`` or the caller goes away.
+
+    Args:
+        worker_index: This worker's index (for messages).
+        pickled_env_fns: cloudpickled list of env constructors, one per env.
+        env_indices: Global indices of those envs in the vector env.
+        conn: This worker's end of the pipe.
+        parent_pid: Pid of the process that owns the vector env; the worker exits when it
+            disappears.
+        autoreset_mode: gymnasium's autoreset mode, applied per env inside the worker.
+        cpu_cores: Cores to pin this process to with ``os.sched_setaffinity``, or None.
+        worker_threads: Cap for OpenMP/BLAS/torch threads, or None to leave them alone.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    _die_with_parent()
+    if not _parent_alive(parent_pid):
+        return
+    try:
+        _limit_threads(worker_threads)
+        _set_affinity(cpu_cores)
+        env_fns = cloudpickle.loads(pickled_env_fns)
+        envs = _WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
+        _limit_torch_threads(worker_threads)
+        conn.send(("ready", _describe(envs.envs)))
+    except BaseException as exc:  # report start-up failures, then exit
+        try:
+            conn.send(("error", pack_exception(exc)))
+        finally:
+            conn.close()
+        return
+
+    try:
+        _serve(envs, conn, parent_pid)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the caller went away; nothing to answer
+    finally:
+        try:
+            envs.close()
+        except Exception:
+            logger.debug("env close failed in worker %d", worker_index, exc_info=True)
+        conn.close()
+
+
+def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
+    while True:
+        while not conn.poll(_PARENT_CHECK_SECONDS):
+            if not _parent_alive(parent_pid):
+                return
+        command, payload = conn.recv()
+        if command == "attach":
+            space, buffers = payload
+            envs.observation_space, envs.buffers = space, buffers
+            continue
+        try:
+            if command == "step":
+                result: Any = envs.step(payload)
+            elif command == "reset":
+                result = envs.reset(payload)
+            elif command == "call":
+                result = envs.call(*payload)
+            elif command == "set_attr":
+                result = envs.set_attr(*payload)
+            elif command == "close":
+                envs.close()
+                envs.envs = []
+                conn.send(("ok", None))
+                return
+            else:
+                raise RuntimeError(f"unknown worker command {command!r}")
+        except Exception as exc:
+            conn.send(("error", pack_exception(exc)))
+            continue
+        try:
+            conn.send(("ok", result))
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            # the result could not be pickled; nothing was written to the pipe yet
+            conn.send(("error", pack_exception(exc)))

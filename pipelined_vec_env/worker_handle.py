@@ -1,0 +1,220 @@
+"""The caller's side of one worker: start it, send it a command, wait for its answer.
+
+Every wait watches the worker's pipe *and* its process sentinel with
+:func:`multiprocessing.connection.wait`, so a dead worker is noticed at once instead of
+blocking forever (gymnasium's ``AsyncVectorEnv`` gives ``EOFError`` or hangs there).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+from multiprocessing.connection import wait
+from typing import Any
+
+from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
+from .worker import worker_main
+
+__all__ = [
+    "WorkerHandle",
+    "deadline_after",
+    "raise_worker_error",
+    "receive_all",
+    "receive_ready",
+    "remaining",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Answer stored for a worker found dead: ``("crashed", exitcode)``.
+CRASHED = "crashed"
+
+
+class WorkerHandle:
+    """One worker process and its pipe.
+
+    Attributes:
+        index: Worker index (global, across stages).
+        env_indices: Global indices of its envs.
+        stage: The stage it belongs to.
+        pending: A command was sent and its answer not received yet.
+        answer: A received answer not consumed yet (``("ok", x)``, ``("error", info)`` or
+            ``("crashed", exitcode)``).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        index: int,
+        stage: int,
+        env_indices: tuple[int, ...],
+        pickled_env_fns: bytes,
+        autoreset_mode: Any,
+        cpu_cores: tuple[int, ...] | None,
+        worker_threads: int | None,
+        daemon: bool = True,
+    ) -> None:
+        self.index = index
+        self.stage = stage
+        self.env_indices = env_indices
+        self.pending = False
+        self.answer: tuple[str, Any] | None = None
+        self.dead = False
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=worker_main,
+            name=f"pipelined-vec-env-worker-{index}",
+            args=(
+                index,
+                pickled_env_fns,
+                env_indices,
+                child_conn,
+                os.getpid(),
+                autoreset_mode,
+                cpu_cores,
+                worker_threads,
+            ),
+            daemon=daemon,
+        )
+        self.process.start()
+        child_conn.close()
+        self.pending = True  # the start-up "ready" message
+
+    def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
+        """Send one command; the answer is collected by :func:`receive_all`."""
+        if self.dead:
+            raise WorkerCrashedError(self.index, self.env_indices, self.process.exitcode)
+        try:
+            self.conn.send((command, payload))
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            self._mark_dead()
+            raise WorkerCrashedError(
+                self.index, self.env_indices, self.process.exitcode, "pipe closed"
+            ) from None
+        self.pending = expect_answer
+
+    def take(self) -> tuple[str, Any]:
+        """Return and clear the received answer."""
+        assert self.answer is not None
+        answer, self.answer = self.answer, None
+        return answer
+
+    def _mark_dead(self) -> None:
+        self.dead = True
+        self.process.join(timeout=1.0)
+
+    def _receive(self) -> None:
+        try:
+            self.answer = self.conn.recv()
+        except (EOFError, ConnectionResetError, OSError):
+            self._mark_dead()
+            self.answer = (CRASHED, self.process.exitcode)
+        self.pending = False
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the process: ask politely, then terminate, then kill. Always returns."""
+        if self.process.is_alive() and not self.dead:
+            try:
+                self.conn.send(("close", None))
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+            self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(1.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(1.0)
+        self.conn.close()
+        try:
+            self.process.close()
+        except ValueError:
+            logger.warning("worker %d could not be reaped", self.index)
+
+
+def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
+    """Wait until at least one pending handle in ``handles`` has an answer or is found dead.
+
+    Args:
+        handles: Handles to watch; those not pending are ignored.
+        timeout: Seconds to wait, or None to wait while the workers are alive.
+
+    Returns:
+        True if some answer arrived (or nothing was pending), False on timeout.
+    """
+    by_object: dict[Any, WorkerHandle] = {}
+    for h in handles:
+        if h.pending:
+            by_object[h.conn] = h
+            by_object[h.process.sentinel] = h
+    if not by_object:
+        return True
+    ready = wait(list(by_object), timeout=timeout)
+    for obj in ready:
+        h = by_object[obj]
+        if not h.pending:
+            continue
+        if obj is h.conn or h.conn.poll(0):
+            h._receive()
+        else:  # sentinel ready and nothing to read: the process is gone
+            h._mark_dead()
+            h.answer = (CRASHED, h.process.exitcode)
+            h.pending = False
+    return bool(ready)
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (a ``time.monotonic()`` value), or None."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The ``time.monotonic()`` value ``timeout`` seconds from now, or None."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def receive_all(handles: list[WorkerHandle], timeout: float | None) -> None:
+    """Wait until every pending handle in ``handles`` has an answer (or is found dead).
+
+    Answers received before a timeout are kept on the handles, so a later call picks up
+    where this one stopped: nothing is lost and nothing stale is returned.
+
+    Args:
+        handles: Handles to wait for; those not pending are ignored.
+        timeout: Seconds to wait in all, or None to wait while the workers are alive.
+
+    Raises:
+        WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
+    """
+    deadline = deadline_after(timeout)
+    while any(h.pending for h in handles):
+        if not receive_ready(handles, remaining(deadline)):
+            waiting = [h.index for h in handles if h.pending]
+            raise WaitTimeoutError(
+                f"worker(s) {waiting} did not answer within {timeout} s; the call stays "
+                "in flight and a later wait returns its result"
+            )
+
+
+def raise_worker_error(handle: WorkerHandle, answer: tuple[str, Any]) -> None:
+    """Re-raise a worker's failure in the caller.
+
+    The worker's exception comes back with its original type and the worker traceback as
+    ``__cause__`` (as :mod:`concurrent.futures` does); one that cannot be rebuilt becomes
+    :class:`WorkerError`; a dead worker becomes :class:`WorkerCrashedError`.
+    """
+    kind, info = answer
+    if kind == CRASHED:
+        raise WorkerCrashedError(handle.index, handle.env_indices, info)
+    data, type_name, message, tb = info
+    exc: BaseException | None = None
+    if data is not None:
+        try:
+            exc = pickle.loads(data)
+        except Exception:
+            exc = None
+    if exc is None:
+        raise WorkerError(type_name, message, tb, handle.index)
+    raise exc from RemoteTraceback(tb)
