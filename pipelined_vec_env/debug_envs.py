@@ -1,0 +1,222 @@
+"""Small envs whose behaviour is obvious, for tests, examples and benchmarks.
+
+- :class:`CountingEnv`: the observation holds the env's id and step count, episodes end
+  after a per-env length, infos carry keys that appear only on some steps. Equivalence
+  with ``SyncVectorEnv`` is easy to read off.
+- :class:`FaultyEnv`: an env that raises, exits, is killed or sleeps when told to by its
+  action, to exercise error handling.
+- :class:`BusyEnv`: a CPU-bound env whose step burns a fixed CPU time (calibrated to a
+  simulator's step time, e.g. LIBERO's ~10 ms), for pipelining benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["BusyEnv", "CountingEnv", "FaultyEnv", "OddConstructorError", "UnpicklableError"]
+
+
+def _counting_space(kind: str) -> spaces.Space:
+    if kind == "box":
+        return spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+    if kind == "dict":
+        return spaces.Dict(
+            {
+                "count": spaces.Box(0, 10_000, shape=(2,), dtype=np.int64),
+                "nested": spaces.Tuple(
+                    (
+                        spaces.Discrete(1_000_000),
+                        spaces.Dict({"bits": spaces.MultiBinary(3), "u8": spaces.Box(0, 255, (2, 2), np.uint8)}),
+                    )
+                ),
+                "noise": spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32),
+            }
+        )
+    if kind == "text":
+        return spaces.Dict(
+            {"count": spaces.Box(0, 10_000, shape=(2,), dtype=np.int64), "text": spaces.Text(12)}
+        )
+    if kind == "sequence":
+        return spaces.Sequence(spaces.Box(0, 10_000, shape=(2,), dtype=np.int64), stack=True)
+    raise ValueError(f"kind: expected 'box', 'dict', 'text' or 'sequence', got {kind!r}")
+
+
+class CountingEnv(gym.Env):
+    """An env whose observation is its id and step count.
+
+    - reset: step count 0; a noise value drawn from ``np_random`` (so seeds matter);
+      info ``{"env_id", "reset_noise"}``.
+    - step(a): count += 1; reward ``count + a + env_id / 100``; terminated at
+      ``episode_length`` when ``env_id`` is even, truncated otherwise; info ``{"count"}``
+      always, ``{"odd": True}`` on odd counts only (exercises gymnasium's info masks).
+
+    Args:
+        env_id: An id shown in observations and rewards.
+        episode_length: Steps per episode (vary it per env to cross every autoreset path).
+        kind: Observation space: ``"box"`` (float64 ``(3,)``: id, count, noise),
+            ``"dict"`` (nested Dict/Tuple/Discrete/MultiBinary/uint8 Box), ``"text"``
+            (Dict with a Text key) or ``"sequence"`` (no shared memory layout).
+        render_mode: ``"rgb_array"`` renders a ``(4, 4, 3)`` uint8 frame filled with the count.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(
+        self, env_id: int = 0, episode_length: int = 5, kind: str = "box", render_mode: str | None = None
+    ) -> None:
+        self.env_id = int(env_id)
+        self.episode_length = int(episode_length)
+        self.kind = kind
+        self.render_mode = render_mode
+        self.observation_space = _counting_space(kind)
+        self.action_space = spaces.Discrete(3)
+        self.count = 0
+        self.noise = 0.0
+
+    def _obs(self) -> Any:
+        if self.kind == "box":
+            return np.array([self.env_id, self.count, self.noise], dtype=np.float64)
+        count = np.array([self.env_id, self.count], dtype=np.int64)
+        if self.kind == "dict":
+            bits = np.array([(self.count >> i) & 1 for i in range(3)], dtype=np.int8)
+            u8 = np.full((2, 2), (self.count * 7 + self.env_id) % 256, dtype=np.uint8)
+            return {
+                "count": count,
+                "nested": (self.env_id * 1000 + self.count, {"bits": bits, "u8": u8}),
+                "noise": np.array([self.noise], dtype=np.float32),
+            }
+        if self.kind == "text":
+            return {"count": count, "text": f"e{self.env_id}c{self.count}"}
+        return tuple(np.array([self.env_id, c], dtype=np.int64) for c in range(self.count % 3 + 1))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.count = int((options or {}).get("start_count", 0))
+        self.noise = float(self.np_random.uniform(-1, 1))
+        return self._obs(), {"env_id": self.env_id, "reset_noise": self.noise}
+
+    def step(self, action: Any):
+        self.count += 1
+        reward = self.count + int(action) + self.env_id / 100
+        done = self.count >= self.episode_length
+        terminated = done and self.env_id % 2 == 0
+        truncated = done and self.env_id % 2 == 1
+        info: dict[str, Any] = {"count": self.count}
+        if self.count % 2:
+            info["odd"] = True
+        return self._obs(), reward, terminated, truncated, info
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        return np.full((4, 4, 3), self.count % 256, dtype=np.uint8)
+
+
+class OddConstructorError(Exception):
+    """An exception whose constructor takes two required arguments (pickle cannot rebuild
+    it from ``args`` alone)."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"code {code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+class UnpicklableError(Exception):
+    """An exception that holds an unpicklable value."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.handle = lambda: None  # lambdas do not pickle
+
+
+class FaultyEnv(gym.Env):
+    """An env that misbehaves on command.
+
+    Action (``Discrete(7)``): 0 normal step; 1 raise ``ValueError``; 2 ``os._exit(3)``;
+    3 ``SIGKILL`` itself; 4 sleep ``sleep_seconds``; 5 raise :class:`OddConstructorError`;
+    6 raise :class:`UnpicklableError`. The observation is the step count (float32 ``(1,)``).
+
+    Args:
+        sleep_seconds: Duration of action 4, in seconds.
+    """
+
+    NORMAL, RAISE, EXIT, SIGKILL, SLEEP, ODD_ERROR, UNPICKLABLE_ERROR = range(7)
+
+    def __init__(self, sleep_seconds: float = 1.0) -> None:
+        self.sleep_seconds = sleep_seconds
+        self.observation_space = spaces.Box(0, np.inf, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(7)
+        self.count = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.count = 0
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action: Any):
+        action = int(action)
+        if action == self.RAISE:
+            raise ValueError(f"FaultyEnv was told to raise at step {self.count}")
+        if action == self.EXIT:
+            os._exit(3)
+        if action == self.SIGKILL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if action == self.SLEEP:
+            time.sleep(self.sleep_seconds)
+        if action == self.ODD_ERROR:
+            raise OddConstructorError(7, "unusual constructor")
+        if action == self.UNPICKLABLE_ERROR:
+            raise UnpicklableError("holds a lambda")
+        self.count += 1
+        return np.array([self.count], dtype=np.float32), 1.0, False, False, {}
+
+
+class BusyEnv(gym.Env):
+    """A CPU-bound env: each step burns ``step_seconds`` of CPU time in the worker.
+
+    Unlike ``time.sleep``, the work occupies a core, so it competes with the policy for
+    the CPU exactly like a physics simulator. Observation float32 ``(obs_dim,)``, action
+    Box ``(action_dim,)`` in [-1, 1]; reward ``-|a|^2``; episodes truncate after
+    ``episode_length`` steps.
+
+    Args:
+        step_seconds: CPU time per step, in seconds (LIBERO state-only: ~0.010).
+        obs_dim: Observation size.
+        action_dim: Action size.
+        episode_length: Steps per episode.
+    """
+
+    def __init__(
+        self, step_seconds: float = 0.01, obs_dim: int = 16, action_dim: int = 7, episode_length: int = 200
+    ) -> None:
+        self.step_seconds = step_seconds
+        self.episode_length = episode_length
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(action_dim,), dtype=np.float32)
+        self.t = 0
+        self.state = np.zeros(obs_dim, dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.state = self.np_random.standard_normal(self.state.shape).astype(np.float32)
+        return self.state.copy(), {}
+
+    def step(self, action: Any):
+        end = time.thread_time() + self.step_seconds
+        x = 0.0
+        while time.thread_time() < end:
+            x += 1.0  # burn CPU time, as a simulator would
+        self.t += 1
+        action = np.asarray(action, dtype=np.float32)
+        self.state = 0.9 * self.state + 0.1 * np.resize(action, self.state.shape)
+        reward = -float(np.sum(action**2))
+        return self.state.copy(), reward, False, self.t >= self.episode_length, {}

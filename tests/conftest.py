@@ -1,0 +1,64 @@
+"""Shared fixtures: every vector env a test builds is closed at teardown, even on failure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipelined_vec_env import PipelinedVectorEnv
+
+
+@pytest.fixture
+def make_pipelined() -> Iterator[Callable[..., PipelinedVectorEnv]]:
+    """Build PipelinedVectorEnvs that are closed when the test ends."""
+    created: list[Any] = []
+
+    def build(*args: Any, **kwargs: Any) -> PipelinedVectorEnv:
+        env = PipelinedVectorEnv(*args, **kwargs)
+        created.append(env)
+        return env
+
+    yield build
+    for env in created:
+        env.close(terminate=True)
+
+
+def assert_tree_equal(a: Any, b: Any, path: str = "") -> None:
+    """Exact equality of nested dicts/tuples/arrays (dtype included), with a readable path."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict), f"{path}: {type(b)} is not a dict"
+        assert set(a) == set(b), f"{path}: keys {sorted(a)} != {sorted(b)}"
+        for key in a:
+            assert_tree_equal(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b), f"{path}: {a!r} != {b!r}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_tree_equal(x, y, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray), f"{path}: {type(b)} is not an array"
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        if a.dtype == object:
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                assert_tree_equal(x, y, f"{path}[{i}]")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=path)
+    else:
+        assert type(a) is type(b) and a == b, f"{path}: {a!r} != {b!r}"
+
+
+def slice_infos(infos: dict[str, Any], envs: slice) -> dict[str, Any]:
+    """The part of a batched info dict that belongs to ``envs``, dropping keys none of
+    those envs has (what a vector env over only those envs would return)."""
+    out: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos[f"_{key}"][envs]
+        if not mask.any():
+            continue
+        out[key] = slice_infos(value, envs) if isinstance(value, dict) else value[envs]
+        out[f"_{key}"] = mask
+    return out
