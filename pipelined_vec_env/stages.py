@@ -126,8 +126,9 @@ class Stage:
 
         Returns:
             ``(results, error)``: ``(worker, payload)`` for each worker that answered
-            ``ok``, and the first failure as an exception (not raised), in which case the
-            stage is marked failed.
+            ``ok``, and the first failure as an exception (not raised). A failed ``step``
+            or ``reset`` marks the stage failed (its envs are in an unknown state); a
+            failed ``call``/``set_attr`` does not.
         """
         results = []
         error: BaseException | None = None
@@ -148,7 +149,8 @@ class Stage:
                     if answer[0] == CRASHED
                     else f"worker {worker.index} raised {answer[1][1]}"
                 )
-                self.failure = self.failure or reason
+                if answer[0] == CRASHED or self.state in ("step", "reset"):
+                    self.failure = self.failure or reason
         self.state, self.whole, self.context = None, False, None
         return results, error
 
