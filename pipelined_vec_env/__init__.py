@@ -12,6 +12,7 @@ from .errors import (
     WorkerCrashedError,
     WorkerError,
 )
+from .registration import make_vec, register
 from .vector_env import PipelinedVectorEnv
 
 __version__ = "0.1.0"
@@ -24,6 +25,8 @@ __all__ = [
     "WorkerCrashedError",
     "WorkerError",
     "__version__",
+    "make_vec",
+    "register",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
