@@ -12,7 +12,7 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
-from gymnasium import Env, Space
+from gymnasium import Env, Space, spaces
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
@@ -41,6 +41,15 @@ class _InfoBatch:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
+
+
+def _views_stay_valid(space: Space) -> bool:
+    """Whether gymnasium's ``read_from_shared_memory`` returns views (not decoded copies)."""
+    if isinstance(space, spaces.Dict):
+        return all(_views_stay_valid(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return all(_views_stay_valid(s) for s in space.spaces)
+    return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary))
 
 
 def _default_context() -> str:
@@ -240,7 +249,16 @@ class PipelinedVectorEnv(VectorEnv):
                     self.single_observation_space,
                 )
         for h in self._handles:
-            h.send("attach", (self.single_observation_space, self._buffers), expect_answer=False)
+            h.send(
+                "attach",
+                (self.single_observation_space, self._buffers, num_envs),
+                expect_answer=False,
+            )
+        self._obs_view = None
+        if self._buffers is not None and _views_stay_valid(self.single_observation_space):
+            self._obs_view = read_from_shared_memory(
+                self.single_observation_space, self._buffers, n=num_envs
+            )
 
     # ------------------------------------------------------------------ set-up
 
@@ -301,7 +319,9 @@ class PipelinedVectorEnv(VectorEnv):
     def _observations(self, envs: slice) -> Any:
         space = self.single_observation_space
         if self._buffers is not None:
-            view = read_from_shared_memory(space, self._buffers, n=self.num_envs)
+            view = self._obs_view
+            if view is None:  # Text and OneOf are decoded on every read
+                view = read_from_shared_memory(space, self._buffers, n=self.num_envs)
             batch = batch_slice(space, view, envs)
             return deepcopy(batch) if self.copy else batch
         items = self._env_obs[envs]
@@ -566,10 +586,16 @@ class PipelinedVectorEnv(VectorEnv):
         return self.call_at(None, name, *args, **kwargs)
 
     def call_at(
-        self, env_indices: Sequence[int] | None, name: str, *args: Any, **kwargs: Any
+        self,
+        env_indices: Sequence[int] | None,
+        name: str | Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
     ) -> tuple[Any, ...]:
         """Like :meth:`call` but only on the envs ``env_indices`` (global; None: all).
 
+        ``name`` may also be a picklable function, called in the worker as
+        ``name(env, *args, **kwargs)`` with the (wrapped) env, e.g. to check its wrappers.
         The stages holding those envs must be idle; other stages may be busy.
 
         Returns:
@@ -676,6 +702,8 @@ class PipelinedVectorEnv(VectorEnv):
                 h.close(timeout=grace)
             except Exception:  # close must always return
                 logger.warning("closing worker %d failed", h.index, exc_info=True)
+        # drop our views first: a segment with live views cannot be unmapped
+        self._obs_view = self._buffers = None
         release(self._shm_arrays)
         self._shm_arrays = []
 

@@ -9,12 +9,12 @@ Messages from the caller are ``(command, payload)`` tuples:
 ============  =============================================  ============================
 command       payload                                        answer payload
 ============  =============================================  ============================
-``attach``    ``(observation_space, buffers or None)``       none (no answer is sent)
+``attach``    ``(observation_space, buffers, num_envs)``     none (no answer is sent)
 ``reset``     ``[(local_index, seed, options), ...]``        ``(obs_items, infos)``
 ``step``      batched actions for the worker's envs          ``(obs_items, rewards,
                                                              terminations, truncations,
                                                              infos)``
-``call``      ``(name, args, kwargs, local_indices)``        tuple of per-env results
+``call``      ``(name or fn, args, kwargs, local_indices)``  tuple of per-env results
 ``set_attr``  ``(name, values, local_indices)``              ``None``
 ``close``     ``None``                                       ``None``, then the worker
                                                              exits
@@ -37,15 +37,22 @@ import os
 import pickle
 import signal
 import sys
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 import numpy as np
-from gymnasium import Env
+from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space, iterate, write_to_shared_memory
+from gymnasium.vector.utils import (
+    batch_space,
+    iterate,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
 
 __all__ = ["THREAD_ENV_VARS", "pack_exception", "worker_main"]
 
@@ -61,6 +68,7 @@ THREAD_ENV_VARS = (
 )
 
 _PR_SET_PDEATHSIG = 1
+_FLAT_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 _PARENT_CHECK_SECONDS = 1.0
 
 
@@ -143,15 +151,32 @@ class _WorkerEnvs:
         self.autoreset = np.zeros(len(envs), dtype=np.bool_)
         self.observation_space = envs[0].observation_space
         self.buffers: Any = None
+        self.obs_view: np.ndarray | None = None
         self.action_batch_space = batch_space(envs[0].action_space, len(envs))
+
+    def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
+        """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
+        ``space``) for observations; None sends them through the pipe."""
+        self.observation_space, self.buffers = space, buffers
+        self.obs_view = None
+        if buffers is not None and isinstance(space, _FLAT_SPACES):
+            # one array view of the whole batch: a row assignment per observation
+            self.obs_view = read_from_shared_memory(space, buffers, n=num_envs)
 
     def _emit(self, local: int, obs: Any, items: list[Any]) -> None:
         if self.buffers is None:
             items.append(obs)
+        elif self.obs_view is not None:
+            self.obs_view[self.env_indices[local]] = obs
         else:
             write_to_shared_memory(
                 self.observation_space, self.env_indices[local], obs, self.buffers
             )
+
+    def _actions(self, actions: Any) -> Any:
+        if isinstance(actions, np.ndarray):
+            return actions  # rows are the envs' actions
+        return iterate(self.action_batch_space, actions)
 
     def reset(self, requests: list[tuple[int, Any, Any]]) -> tuple[list[Any] | None, list[list[dict]]]:
         items: list[Any] = []
@@ -170,7 +195,7 @@ class _WorkerEnvs:
         truncations = np.zeros(n, dtype=np.bool_)
         items: list[Any] = []
         infos: list[list[dict]] = []
-        for local, action in enumerate(iterate(self.action_batch_space, actions)):
+        for local, action in enumerate(self._actions(actions)):
             env = self.envs[local]
             if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
                 obs, info = env.reset()
@@ -191,6 +216,9 @@ class _WorkerEnvs:
     def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
         results = []
         for local in range(len(self.envs)) if local_indices is None else local_indices:
+            if callable(name):  # call_at(indices, fn): fn(env, *args, **kwargs)
+                results.append(name(self.envs[local], *args, **kwargs))
+                continue
             attr = self.envs[local].get_wrapper_attr(name)
             results.append(attr(*args, **kwargs) if callable(attr) else attr)
         return tuple(results)
@@ -262,6 +290,7 @@ def worker_main(
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the caller went away; nothing to answer
     finally:
+        envs.obs_view = envs.buffers = None  # unmap shared memory cleanly
         try:
             envs.close()
         except Exception:
@@ -269,15 +298,20 @@ def worker_main(
         conn.close()
 
 
+def _watch_parent(parent_pid: int) -> None:
+    """Exit this worker once the caller's process is gone (covers an idle worker whose
+    pipe stays open, e.g. because an env's own child process inherited it)."""
+    while _parent_alive(parent_pid):
+        time.sleep(_PARENT_CHECK_SECONDS)
+    os._exit(0)
+
+
 def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     while True:
-        while not conn.poll(_PARENT_CHECK_SECONDS):
-            if not _parent_alive(parent_pid):
-                return
-        command, payload = conn.recv()
+        command, payload = conn.recv()  # EOFError when the caller is gone
         if command == "attach":
-            space, buffers = payload
-            envs.observation_space, envs.buffers = space, buffers
+            envs.attach(*payload)
             continue
         try:
             if command == "step":

@@ -8,8 +8,10 @@ blocking forever (gymnasium's ``AsyncVectorEnv`` gives ``EOFError`` or hangs the
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
+import select
 import time
 from multiprocessing.connection import wait
 from typing import Any
@@ -137,6 +139,10 @@ class WorkerHandle:
 def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     """Wait until at least one pending handle in ``handles`` has an answer or is found dead.
 
+    Watches each pending worker's pipe and process sentinel (``select.poll`` where the
+    platform has it: cheaper per call than building a selector; else
+    :func:`multiprocessing.connection.wait`).
+
     Args:
         handles: Handles to watch; those not pending are ignored.
         timeout: Seconds to wait, or None to wait while the workers are alive.
@@ -144,25 +150,33 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     Returns:
         True if some answer arrived (or nothing was pending), False on timeout.
     """
-    by_object: dict[Any, WorkerHandle] = {}
+    by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
     for h in handles:
         if h.pending:
-            by_object[h.conn] = h
-            by_object[h.process.sentinel] = h
-    if not by_object:
+            by_fd[h.conn.fileno()] = (h, True)
+            by_fd[h.process.sentinel] = (h, False)
+    if not by_fd:
         return True
-    ready = wait(list(by_object), timeout=timeout)
-    for obj in ready:
-        h = by_object[obj]
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for fd in by_fd:
+            poller.register(fd, select.POLLIN)
+        ms = None if timeout is None else math.ceil(timeout * 1000)
+        ready_fds = [fd for fd, _ in poller.poll(ms)]
+    else:  # pragma: no cover - platforms without poll()
+        ready_objs = wait([h.conn if is_conn else fd for fd, (h, is_conn) in by_fd.items()], timeout)
+        ready_fds = [o if isinstance(o, int) else o.fileno() for o in ready_objs]
+    for fd in ready_fds:
+        h, is_conn = by_fd[fd]
         if not h.pending:
             continue
-        if obj is h.conn or h.conn.poll(0):
+        if is_conn or h.conn.poll(0):
             h._receive()
         else:  # sentinel ready and nothing to read: the process is gone
             h._mark_dead()
             h.answer = (CRASHED, h.process.exitcode)
             h.pending = False
-    return bool(ready)
+    return bool(ready_fds)
 
 
 def remaining(deadline: float | None) -> float | None:
