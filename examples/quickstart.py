@@ -17,9 +17,15 @@ def make_env():
     return gym.make("CartPole-v1")
 
 
+RNG = np.random.default_rng(0)
+
+
 def policy(obs: np.ndarray) -> np.ndarray:
-    """A hand-written controller: push the cart towards where the pole leans."""
-    return (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+    """A noisy hand-written controller: push the cart towards where the pole leans,
+    with one action in four random."""
+    greedy = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+    random = RNG.integers(0, 2, size=len(obs))
+    return np.where(RNG.random(len(obs)) < 0.25, random, greedy)
 
 
 def main(num_envs: int = 8, num_stages: int = 2, rounds: int = 300) -> list[float]:
