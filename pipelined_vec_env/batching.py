@@ -18,27 +18,30 @@ __all__ = ["batch_slice", "check_actions", "to_numpy"]
 
 
 @singledispatch
-def batch_slice(space: spaces.Space, batch: Any, index: slice) -> Any:
+def batch_slice(space: spaces.Space, batch: Any, index: slice | np.ndarray) -> Any:
     """Return the part of ``batch`` that belongs to the envs ``index``.
 
     Args:
         space: The single-env space the batch was built from.
         batch: A batch of ``n`` items in gymnasium's batched layout.
-        index: A slice of env positions in ``[0, n)``.
+        index: A slice, or an integer array, of env positions in ``[0, n)``.
 
     Returns:
-        A batch of the selected envs in the same layout. Arrays are views, not copies.
+        A batch of the selected envs in the same layout. With a slice, arrays are views;
+        with an array of positions, copies.
     """
+    if isinstance(batch, tuple) and not isinstance(index, slice):
+        return tuple(batch[int(i)] for i in index)
     return batch[index]
 
 
 @batch_slice.register(spaces.Dict)
-def _(space: spaces.Dict, batch: dict[str, Any], index: slice) -> dict[str, Any]:
+def _(space: spaces.Dict, batch: dict[str, Any], index: slice | np.ndarray) -> dict[str, Any]:
     return {key: batch_slice(sub, batch[key], index) for key, sub in space.spaces.items()}
 
 
 @batch_slice.register(spaces.Tuple)
-def _(space: spaces.Tuple, batch: tuple[Any, ...], index: slice) -> tuple[Any, ...]:
+def _(space: spaces.Tuple, batch: tuple[Any, ...], index: slice | np.ndarray) -> tuple[Any, ...]:
     return tuple(batch_slice(sub, part, index) for sub, part in zip(space.spaces, batch, strict=False))
 
 

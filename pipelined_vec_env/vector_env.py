@@ -24,6 +24,7 @@ from gymnasium.vector.utils import (
 )
 
 from .batching import batch_slice, check_actions, to_numpy
+from .decoupled import DecoupledState
 from .errors import WorkerCrashedError
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
@@ -254,6 +255,7 @@ class PipelinedVectorEnv(VectorEnv):
                 (self.single_observation_space, self._buffers, num_envs),
                 expect_answer=False,
             )
+        self._decoupled = DecoupledState(self)
         self._obs_view = None
         if self._buffers is not None and _views_stay_valid(self.single_observation_space):
             self._obs_view = read_from_shared_memory(
@@ -319,9 +321,7 @@ class PipelinedVectorEnv(VectorEnv):
     def _observations(self, envs: slice) -> Any:
         space = self.single_observation_space
         if self._buffers is not None:
-            view = self._obs_view
-            if view is None:  # Text and OneOf are decoded on every read
-                view = read_from_shared_memory(space, self._buffers, n=self.num_envs)
+            view = self._shared_view()
             batch = batch_slice(space, view, envs)
             return deepcopy(batch) if self.copy else batch
         items = self._env_obs[envs]
@@ -343,6 +343,68 @@ class PipelinedVectorEnv(VectorEnv):
         return collected
 
     # ------------------------------------------------------------------ reset
+
+    def _reset_arguments(
+        self, seed: Any, options: Any, envs: slice
+    ) -> tuple[list[Any], list[dict[str, Any] | None], np.ndarray]:
+        """Per-env seeds, per-env options and the reset mask for a reset of ``envs``.
+
+        Raises:
+            ValueError / TypeError: Bad ``seed`` or ``options`` (see :meth:`reset_async`).
+        """
+        n = envs.stop - envs.start
+        if seed is None:
+            seeds: list[Any] = [None] * n
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            seeds = [int(seed) + i for i in range(envs.start, envs.stop)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(
+                    f"seed: a list of seeds must have one entry per env of the call ({n}), "
+                    f"got {len(seeds)}"
+                )
+        mask = np.ones(n, dtype=np.bool_)
+        if options is None or isinstance(options, dict):
+            env_options = dict(options) if options is not None else None
+            if env_options is not None and "reset_mask" in env_options:
+                mask = env_options.pop("reset_mask")
+                if not isinstance(mask, np.ndarray):
+                    raise TypeError(f"options['reset_mask']: expected a numpy array, got {type(mask)}")
+                if mask.shape != (n,):
+                    raise ValueError(
+                        f"options['reset_mask']: expected shape ({n},) (one per env of the "
+                        f"call), got {mask.shape}"
+                    )
+                if mask.dtype != np.bool_:
+                    raise TypeError(f"options['reset_mask']: expected dtype bool, got {mask.dtype}")
+                if not mask.any():
+                    raise ValueError("options['reset_mask']: expected at least one True entry")
+            per_env = [env_options] * n
+        else:
+            per_env = list(options)
+            if len(per_env) != n or not all(o is None or isinstance(o, dict) for o in per_env):
+                raise ValueError(
+                    f"options: a list of options must hold one dict (or None) per env of the "
+                    f"call ({n}), got {options!r}"
+                )
+        return seeds, per_env, mask
+
+    def _check_workers_alive(self, stages: list[Stage]) -> None:
+        for s in stages:
+            for w in s.workers:
+                if w.dead:
+                    raise WorkerCrashedError(
+                        w.index, w.env_indices, w.process.exitcode, "a dead worker cannot be reset"
+                    )
+
+    def _shared_view(self) -> Any:
+        """The whole batch of observations in shared memory (views where possible)."""
+        if self._obs_view is not None:
+            return self._obs_view
+        # Text and OneOf are decoded on every read
+        return read_from_shared_memory(self.single_observation_space, self._buffers, n=self.num_envs)
+
 
     def reset(
         self,
@@ -382,50 +444,10 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         stages, envs = self._select(stage)
-        n = envs.stop - envs.start
-        if seed is None:
-            seeds: list[Any] = [None] * n
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + i for i in range(envs.start, envs.stop)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(
-                    f"seed: a list of seeds must have one entry per env of the call ({n}), "
-                    f"got {len(seeds)}"
-                )
-        mask = np.ones(n, dtype=np.bool_)
-        if options is None or isinstance(options, dict):
-            env_options = dict(options) if options is not None else None
-            if env_options is not None and "reset_mask" in env_options:
-                mask = env_options.pop("reset_mask")
-                if not isinstance(mask, np.ndarray):
-                    raise TypeError(f"options['reset_mask']: expected a numpy array, got {type(mask)}")
-                if mask.shape != (n,):
-                    raise ValueError(
-                        f"options['reset_mask']: expected shape ({n},) (one per env of the "
-                        f"call), got {mask.shape}"
-                    )
-                if mask.dtype != np.bool_:
-                    raise TypeError(f"options['reset_mask']: expected dtype bool, got {mask.dtype}")
-                if not mask.any():
-                    raise ValueError("options['reset_mask']: expected at least one True entry")
-            per_env = [env_options] * n
-        else:
-            per_env = list(options)
-            if len(per_env) != n or not all(o is None or isinstance(o, dict) for o in per_env):
-                raise ValueError(
-                    f"options: a list of options must hold one dict (or None) per env of the "
-                    f"call ({n}), got {options!r}"
-                )
+        seeds, per_env, mask = self._reset_arguments(seed, options, envs)
         check_startable(stages, "reset", stage is None)
-        for s in stages:
-            dead = [w for w in s.workers if w.dead]
-            if dead:
-                w = dead[0]
-                raise WorkerCrashedError(
-                    w.index, w.env_indices, w.process.exitcode, "a dead worker cannot be reset"
-                )
+        self._decoupled.check_free(envs, "reset")
+        self._check_workers_alive(stages)
         for s in stages:
             reset_ids: dict[int, list[int]] = {}
             for w in s.workers:
@@ -505,12 +527,13 @@ class PipelinedVectorEnv(VectorEnv):
         stages, envs = self._select(stage)
         n = envs.stop - envs.start
         check_startable(stages, "step", stage is None)
+        self._decoupled.check_free(envs, "step")
         batch = check_actions(self.single_action_space, to_numpy(actions), n)
         space = self.single_action_space
         for s in stages:
             for w in s.workers:
                 lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
-                w.send("step", batch_slice(space, batch, slice(lo, hi)))
+                w.send("step", (None, batch_slice(space, batch, slice(lo, hi))))
             s.mark("step", stage is None)
 
     def step_wait(
@@ -572,6 +595,61 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         return wait_any_stage(list(self.stages), timeout)
+
+    # ------------------------------------------------------------------ decoupled
+
+    def async_reset(
+        self,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    ) -> None:
+        """Start resetting every env for decoupled stepping (EnvPool's ``async_reset``).
+
+        Afterwards, :meth:`recv` returns the results of whichever envs are ready and
+        :meth:`send` steps any subset of the received envs; every env advances at its own
+        pace. ``seed`` and ``options`` work as in :meth:`reset_async` (``reset_mask`` is
+        not supported here). Autoreset follows ``autoreset_mode``.
+
+        Raises:
+            RuntimeError: A stage has a call in flight, or envs are still in flight from
+                an earlier ``send``.
+        """
+        self._decoupled.async_reset(seed, options)
+
+    def recv(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Return the results of at least ``batch_size`` envs (None: whatever is ready, at
+        least one), waiting if needed.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)`` batched over the
+            returned envs, in arrival order; ``infos["env_id"]`` (int64) holds their global
+            ids. A reset's result has reward 0 and no termination. Counts are in envs.
+
+        Raises:
+            NoAsyncCallError: No :meth:`async_reset` first.
+            ValueError: ``batch_size`` larger than the envs in flight.
+            WaitTimeoutError: Fewer than ``batch_size`` results within ``timeout``
+                seconds; what arrived stays queued for the next ``recv``.
+            WorkerCrashedError / the worker's exception: A worker failed; its envs leave
+                the decoupled flow (reset them), the others go on.
+        """
+        return self._decoupled.recv(batch_size, timeout)
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
+        """Send actions to envs returned by :meth:`recv` and not yet sent (any subset).
+
+        Args:
+            actions: A batch with one action per id, in gymnasium's batched layout (numpy
+                or torch).
+            env_ids: Global env ids, as in ``infos["env_id"]``.
+
+        Raises:
+            ValueError: Unknown, duplicate or not-received ids, or bad actions (before any
+                worker is touched).
+        """
+        self._decoupled.send(actions, env_ids)
 
     # ------------------------------------------------------------------ calls
 
@@ -660,6 +738,11 @@ class PipelinedVectorEnv(VectorEnv):
                 raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
             w = self._worker_of(int(g))
             groups.setdefault(w, []).append(int(g) - w.env_indices[0])
+        busy = [w.index for w in groups if self._decoupled.outstanding[w]]
+        if busy:
+            raise RuntimeError(
+                f"workers {busy} have send/recv commands in flight; recv their results first"
+            )
         return groups
 
     def _worker_of(self, g: int) -> WorkerHandle:

@@ -11,7 +11,7 @@ command       payload                                        answer payload
 ============  =============================================  ============================
 ``attach``    ``(observation_space, buffers, num_envs)``     none (no answer is sent)
 ``reset``     ``[(local_index, seed, options), ...]``        ``(obs_items, infos)``
-``step``      batched actions for the worker's envs          ``(obs_items, rewards,
+``step``      ``(local_indices or None, batched actions)``   ``(obs_items, rewards,
                                                              terminations, truncations,
                                                              infos)``
 ``call``      ``(name or fn, args, kwargs, local_indices)``  tuple of per-env results
@@ -152,7 +152,8 @@ class _WorkerEnvs:
         self.observation_space = envs[0].observation_space
         self.buffers: Any = None
         self.obs_view: np.ndarray | None = None
-        self.action_batch_space = batch_space(envs[0].action_space, len(envs))
+        self.action_space = envs[0].action_space
+        self.action_batch_space = batch_space(self.action_space, len(envs))
 
     def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
         """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
@@ -173,10 +174,11 @@ class _WorkerEnvs:
                 self.observation_space, self.env_indices[local], obs, self.buffers
             )
 
-    def _actions(self, actions: Any) -> Any:
+    def _actions(self, actions: Any, n: int) -> Any:
         if isinstance(actions, np.ndarray):
             return actions  # rows are the envs' actions
-        return iterate(self.action_batch_space, actions)
+        space = self.action_batch_space if n == len(self.envs) else batch_space(self.action_space, n)
+        return iterate(space, actions)
 
     def reset(self, requests: list[tuple[int, Any, Any]]) -> tuple[list[Any] | None, list[list[dict]]]:
         items: list[Any] = []
@@ -188,29 +190,33 @@ class _WorkerEnvs:
             infos.append([info])
         return (items if self.buffers is None else None), infos
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
-        n = len(self.envs)
+    def step(
+        self, payload: tuple[list[int] | None, Any]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
+        local_indices, actions = payload
+        targets = range(len(self.envs)) if local_indices is None else local_indices
+        n = len(targets)
         rewards = np.zeros(n, dtype=np.float64)
         terminations = np.zeros(n, dtype=np.bool_)
         truncations = np.zeros(n, dtype=np.bool_)
         items: list[Any] = []
         infos: list[list[dict]] = []
-        for local, action in enumerate(self._actions(actions)):
+        for k, (local, action) in enumerate(zip(targets, self._actions(actions, n), strict=True)):
             env = self.envs[local]
             if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
                 obs, info = env.reset()
                 env_infos = [info]
             else:
                 obs, reward, terminated, truncated, info = env.step(action)
-                rewards[local], terminations[local], truncations[local] = reward, terminated, truncated
+                rewards[k], terminations[k], truncations[k] = reward, terminated, truncated
                 env_infos = [info]
                 if self.autoreset_mode == AutoresetMode.SAME_STEP and (terminated or truncated):
                     env_infos = [{"final_obs": obs, "final_info": info}]
                     obs, info = env.reset()
                     env_infos.append(info)
+            self.autoreset[local] = terminations[k] or truncations[k]
             self._emit(local, obs, items)
             infos.append(env_infos)
-        self.autoreset = terminations | truncations
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
 
     def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
@@ -240,8 +246,22 @@ def _describe(envs: list[Env]) -> dict[str, Any]:
         "action_spaces": [env.action_space for env in envs],
         "metadata": dict(first.metadata),
         "render_mode": first.render_mode,
-        "spec": first.spec,
+        "spec": _Cloudpickled(first.spec),
     }
+
+
+class _Cloudpickled:
+    """Sends an object through a plain-pickle pipe with cloudpickle, unpickled as itself.
+
+    An env spec records its wrappers' kwargs, which may be lambdas (e.g.
+    ``TransformObservation(env, lambda obs: ...)``) that plain pickle cannot send.
+    """
+
+    def __init__(self, obj: Any) -> None:
+        self.data = cloudpickle.dumps(obj)
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return cloudpickle.loads, (self.data,)
 
 
 def worker_main(

@@ -22,6 +22,7 @@ from .worker import worker_main
 __all__ = [
     "WorkerHandle",
     "deadline_after",
+    "poll_fds",
     "raise_worker_error",
     "receive_all",
     "receive_ready",
@@ -139,9 +140,7 @@ class WorkerHandle:
 def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     """Wait until at least one pending handle in ``handles`` has an answer or is found dead.
 
-    Watches each pending worker's pipe and process sentinel (``select.poll`` where the
-    platform has it: cheaper per call than building a selector; else
-    :func:`multiprocessing.connection.wait`).
+    Watches each pending worker's pipe and process sentinel (see :func:`poll_fds`).
 
     Args:
         handles: Handles to watch; those not pending are ignored.
@@ -157,15 +156,7 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
             by_fd[h.process.sentinel] = (h, False)
     if not by_fd:
         return True
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN)
-        ms = None if timeout is None else math.ceil(timeout * 1000)
-        ready_fds = [fd for fd, _ in poller.poll(ms)]
-    else:  # pragma: no cover - platforms without poll()
-        ready_objs = wait([h.conn if is_conn else fd for fd, (h, is_conn) in by_fd.items()], timeout)
-        ready_fds = [o if isinstance(o, int) else o.fileno() for o in ready_objs]
+    ready_fds = poll_fds(list(by_fd), timeout)
     for fd in ready_fds:
         h, is_conn = by_fd[fd]
         if not h.pending:
@@ -177,6 +168,21 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
             h.answer = (CRASHED, h.process.exitcode)
             h.pending = False
     return bool(ready_fds)
+
+
+def poll_fds(fds: list[int], timeout: float | None) -> list[int]:
+    """Return those of ``fds`` readable within ``timeout`` seconds (None: no limit).
+
+    ``select.poll`` where the platform has it (cheaper per call than building a selector),
+    else :func:`multiprocessing.connection.wait`.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        ms = None if timeout is None else math.ceil(timeout * 1000)
+        return [fd for fd, _ in poller.poll(ms)]
+    return list(wait(fds, timeout))  # pragma: no cover - platforms without poll()
 
 
 def remaining(deadline: float | None) -> float | None:
