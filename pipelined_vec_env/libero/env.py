@@ -252,6 +252,11 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             "state_size": self._task_state_size,
         }
 
+    def _set_cameras_enabled(self, enabled: bool) -> None:
+        for camera in self.cameras:
+            name = f"{CAMERA_KEYS[camera][0]}_image"
+            self._sim_env.env.modify_observable(name, "enabled", enabled)
+
     def get_sim_state(self) -> np.ndarray:
         """The flattened MuJoCo state (time, qpos, qvel), float64, as init states store it."""
         return np.asarray(self._sim_env.get_sim_state(), dtype=np.float64)
@@ -318,12 +323,20 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             init_state_id = int(self.np_random.integers(n))
         self.init_state_id = init_state_id
 
-        raw = self.restore_init_state(init_state_id)
-        success = bool(self._sim_env.check_success())
-        noop = _noop_action()
-        for _ in range(self.num_settle_steps):
-            raw, _, done, _ = self._sim_env.step(noop)
-            success = bool(done)
+        # Cameras would render at the robosuite reset, the restore and every settle step;
+        # only the last frame is returned, so render once, at the end.
+        self._set_cameras_enabled(False)
+        try:
+            raw = self.restore_init_state(init_state_id)
+            success = bool(self._sim_env.check_success())
+            noop = _noop_action()
+            for _ in range(self.num_settle_steps):
+                raw, _, done, _ = self._sim_env.step(noop)
+                success = bool(done)
+        finally:
+            self._set_cameras_enabled(True)
+        if self.cameras:
+            raw = self._sim_env.env._get_observations(force_update=True)
         self._elapsed_steps = 0
         self._potential = self._shaping.potential() if self.reward_type == "dense" else 0.0
         return self._observation(raw), self._reset_info(success)
