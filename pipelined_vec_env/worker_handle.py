@@ -86,16 +86,21 @@ class WorkerHandle:
         self.pending = True  # the start-up "ready" message
 
     def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
-        """Send one command; the answer is collected by :func:`receive_all`."""
+        """Send one command; the answer is collected by :func:`receive_all`.
+
+        A worker found dead here is not reported at once: its answer is recorded as a
+        crash, so the matching wait reports it (and the other workers of the call stay in
+        step with the protocol).
+        """
+        if not self.dead:
+            try:
+                self.conn.send((command, payload))
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                self._mark_dead()
         if self.dead:
-            raise WorkerCrashedError(self.index, self.env_indices, self.process.exitcode)
-        try:
-            self.conn.send((command, payload))
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            self._mark_dead()
-            raise WorkerCrashedError(
-                self.index, self.env_indices, self.process.exitcode, "pipe closed"
-            ) from None
+            self.answer = (CRASHED, self.process.exitcode) if expect_answer else None
+            self.pending = False
+            return
         self.pending = expect_answer
 
     def take(self) -> tuple[str, Any]:
