@@ -1,4 +1,4 @@
-"""Two LIBERO envs in a 2-stage PipelinedVectorEnv, built from the gymnasium id (~2 GB)."""
+"""Two LIBERO envs in a 2-stage PipelinedVectorEnv, built by make_vec from the id (~2 GB)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("libero")
 pipelined = pytest.importorskip("pipelined_vec_env")
-if not hasattr(pipelined, "PipelinedVectorEnv"):
-    pytest.skip("PipelinedVectorEnv is not available yet", allow_module_level=True)
+if not hasattr(pipelined, "make_vec"):
+    pytest.skip("PipelinedVectorEnv / make_vec are not available yet", allow_module_level=True)
 
-import gymnasium as gym  # noqa: E402
+from functools import partial  # noqa: E402
 
 from pipelined_vec_env.libero import LIBERO_ENV_IDS, get_task  # noqa: E402
 from pipelined_vec_env.wrappers import ActionChunk  # noqa: E402
@@ -20,13 +20,15 @@ from pipelined_vec_env.wrappers import ActionChunk  # noqa: E402
 K = 3
 
 
-def make_env() -> gym.Env:
-    return ActionChunk(gym.make(LIBERO_ENV_IDS["libero_object"], task_id=1), chunk_size=K)
-
-
 @pytest.fixture(scope="module")
 def envs() -> Iterator[pipelined.PipelinedVectorEnv]:
-    envs = pipelined.PipelinedVectorEnv([make_env, make_env], num_stages=2)
+    envs = pipelined.make_vec(
+        LIBERO_ENV_IDS["libero_object"],
+        2,
+        num_stages=2,
+        wrappers=[partial(ActionChunk, chunk_size=K)],
+        task_id=1,
+    )
     yield envs
     envs.close()
 
