@@ -1,0 +1,277 @@
+"""The SB3 adapter behaves like SB3's own ``SubprocVecEnv`` and trains SB3's algorithms.
+
+Every comparison runs the same env fns, seeds, options and actions through
+``SubprocVecEnv`` and ``SB3VecEnv`` and asserts that everything returned is identical,
+over runs long enough to cross several episode ends (the envs' episodes differ in length,
+and odd envs end by truncation, even ones by termination).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+pytest.importorskip("stable_baselines3")
+
+from stable_baselines3 import PPO, SAC  # noqa: E402
+from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
+from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
+from stable_baselines3.common.monitor import Monitor  # noqa: E402
+from stable_baselines3.common.vec_env import (  # noqa: E402
+    SubprocVecEnv,
+    VecEnv,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+)
+
+from pipelined_vec_env import PipelinedVectorEnv  # noqa: E402
+from pipelined_vec_env.debug_envs import CountingEnv  # noqa: E402
+from pipelined_vec_env.sb3 import SB3VecEnv, split_infos  # noqa: E402
+from tests.conftest import assert_tree_equal  # noqa: E402
+
+LENGTHS = [2, 3, 5, 4]
+NUM_ENVS = len(LENGTHS)
+
+
+def counting_fns(kind: str = "box") -> list[Callable[[], gym.Env]]:
+    """CountingEnvs (box observations) or the same behind a Dict / Tuple observation.
+
+    The Dict/Tuple envs are built by lambdas and local functions, which reach the workers
+    by value through cloudpickle (so the workers never import this module).
+    """
+
+    def _dict_obs(obs: np.ndarray) -> dict[str, np.ndarray]:
+        return {"state": obs, "count": np.array([int(obs[1])], dtype=np.int64)}
+
+    def _tuple_obs(obs: np.ndarray) -> tuple[np.ndarray, int]:
+        return (obs, int(obs[1]))
+
+    fns = [partial(CountingEnv, i, LENGTHS[i]) for i in range(NUM_ENVS)]
+    if kind == "box":
+        return fns
+    if kind == "dict":
+        space = spaces.Dict(
+            {
+                "state": spaces.Box(-np.inf, np.inf, (3,), np.float64),
+                "count": spaces.Box(0, 1000, (1,), np.int64),
+            }
+        )
+        return [lambda fn=fn: gym.wrappers.TransformObservation(fn(), _dict_obs, space) for fn in fns]
+    if kind == "tuple":
+        space = spaces.Tuple((spaces.Box(-np.inf, np.inf, (3,), np.float64), spaces.Discrete(1000)))
+        return [lambda fn=fn: gym.wrappers.TransformObservation(fn(), _tuple_obs, space) for fn in fns]
+    if kind == "cartpole":
+        return [lambda: gym.make("CartPole-v1", max_episode_steps=5) for _ in range(NUM_ENVS)]
+    raise ValueError(kind)
+
+
+@pytest.fixture
+def vec_envs() -> Iterator[Callable[[VecEnv], VecEnv]]:
+    """Register SB3 vec envs (adapter or SubprocVecEnv) to be closed when the test ends."""
+    created: list[VecEnv] = []
+
+    def track(venv: VecEnv) -> VecEnv:
+        created.append(venv)
+        return venv
+
+    yield track
+    for venv in created:
+        venv.close()
+
+
+def strip_times(infos: Any) -> Any:
+    """Drop the wall-clock ``"t"`` that VecMonitor puts in ``info["episode"]``."""
+    out = []
+    for info in infos:
+        info = dict(info)
+        if "episode" in info:
+            info["episode"] = {k: v for k, v in info["episode"].items() if k != "t"}
+        out.append(info)
+    return out
+
+
+def subproc(fns: list[Callable[[], gym.Env]]) -> SubprocVecEnv:
+    """SB3's reference. Forked: its workers import SB3 (and torch), which the test process
+    has already imported; its envs never touch torch, so fork is safe here."""
+    return SubprocVecEnv(fns, start_method="fork")
+
+
+def trace(venv: VecEnv, steps: int, options: list[dict] | None = None) -> list[Any]:
+    """Everything a user sees over seeded resets and ``steps`` random steps: observations,
+    rewards, dones, infos and ``reset_infos`` after every call."""
+    rng = np.random.default_rng(0)
+    venv.seed(11)
+    if options is not None:
+        venv.set_options(options)
+    seen: list[Any] = [venv.reset(), list(venv.reset_infos)]
+    for t in range(steps):
+        if isinstance(venv.action_space, spaces.Discrete):
+            actions = rng.integers(0, venv.action_space.n, size=venv.num_envs)
+        else:
+            actions = rng.uniform(-1, 1, size=(venv.num_envs, *venv.action_space.shape))
+            actions = actions.astype(venv.action_space.dtype)
+        obs, rewards, dones, infos = venv.step(actions)
+        seen += [obs, rewards, dones, strip_times(infos), list(venv.reset_infos)]
+        if t == steps // 2:  # a reset mid-run: the seed is spent, the options apply once
+            venv.set_options({"start_count": 1})
+            seen += [venv.reset(), list(venv.reset_infos)]
+    return seen
+
+
+@pytest.mark.parametrize(
+    "kind,num_stages,envs_per_worker",
+    [("box", 1, 1), ("box", 2, 2), ("dict", 2, 1), ("tuple", 1, 2), ("cartpole", 2, 1)],
+)
+def test_matches_subproc_vec_env(vec_envs, kind, num_stages, envs_per_worker):
+    ours = vec_envs(SB3VecEnv(counting_fns(kind), num_stages=num_stages, envs_per_worker=envs_per_worker))
+    ref = vec_envs(subproc(counting_fns(kind)))
+    assert ours.observation_space == ref.observation_space
+    assert ours.action_space == ref.action_space
+    options = None if kind == "cartpole" else [{"start_count": i} for i in range(NUM_ENVS)]
+    got, want = trace(ours, 14, options), trace(ref, 14, options)
+    assert_tree_equal(got, want)
+    step_infos = [item for item in got if isinstance(item, list) and "TimeLimit.truncated" in item[0]]
+    ends = [info for infos in step_infos for info in infos if "terminal_observation" in info]
+    truncated = [info["TimeLimit.truncated"] for info in ends]
+    assert len(ends) >= 8
+    if kind != "cartpole":  # odd envs truncate, even ones terminate
+        assert any(truncated) and not all(truncated)
+
+
+@pytest.mark.parametrize(
+    "kind,wrap",
+    [
+        ("box", VecMonitor),
+        ("box", VecNormalize),
+        ("box", partial(VecFrameStack, n_stack=3)),
+        ("dict", lambda v: VecFrameStack(VecNormalize(VecMonitor(v)), n_stack=2)),
+    ],
+    ids=["monitor", "normalize", "framestack", "dict-stack"],
+)
+def test_sb3_wrappers_match_subproc_vec_env(vec_envs, kind, wrap):
+    ours = vec_envs(wrap(SB3VecEnv(counting_fns(kind), num_stages=2)))
+    ref = vec_envs(wrap(subproc(counting_fns(kind))))
+    assert_tree_equal(trace(ours, 12), trace(ref, 12))
+
+
+def test_env_access_with_indices(vec_envs):
+    record = gym.wrappers.RecordEpisodeStatistics
+    fns = [
+        lambda i=i: (record if i % 2 else gym.wrappers.PassiveEnvChecker)(
+            CountingEnv(i, 3, render_mode="rgb_array")
+        )
+        for i in range(NUM_ENVS)
+    ]
+    venv = vec_envs(SB3VecEnv(fns, num_stages=2))
+    assert venv.render_mode == "rgb_array"
+    assert venv.env_is_wrapped(record) == [False, True, False, True]
+    assert venv.env_is_wrapped(gym.Wrapper, indices=[1, 2]) == [True, True]  # subclasses count
+    assert venv.env_is_wrapped(Monitor) == [False] * NUM_ENVS
+    assert venv.get_attr("env_id") == [0, 1, 2, 3]
+    assert venv.get_attr("env_id", indices=2) == [2]
+    venv.set_attr("episode_length", 6, indices=[0, 3])
+    assert venv.get_attr("episode_length") == [6, 3, 3, 6]
+    venv.set_attr("tag", [7], indices=[1, 2])  # the same value for each env, even a list
+    assert venv.get_attr("tag", indices=[1, 2]) == [[7], [7]]
+    assert venv.has_attr("episode_length") and not venv.has_attr("no_such_attribute")
+    with pytest.raises(AttributeError):
+        venv.get_attr("no_such_attribute")
+    # get_attr returns methods uncalled; env_method calls them
+    assert all(callable(m) for m in venv.get_attr("render", indices=[0]))
+    venv.reset()
+    venv.step(np.zeros(NUM_ENVS, dtype=np.int64))
+    frames = venv.env_method("render", indices=[1, 3])
+    assert [f.shape for f in frames] == [(4, 4, 3)] * 2 and all((f == 1).all() for f in frames)
+    images = venv.get_images()
+    assert len(images) == NUM_ENVS and all(img.dtype == np.uint8 for img in images)
+    assert venv.render().shape == (8, 8, 3)  # 4 frames tiled 2 x 2
+
+
+def test_from_existing_pipelined_env(make_pipelined):
+    same_step = make_pipelined(counting_fns()[:2], autoreset_mode=AutoresetMode.SAME_STEP)
+    venv = SB3VecEnv(same_step)
+    assert venv.pipelined is same_step
+    venv.reset()
+    venv.close()
+    assert same_step.closed
+    next_step = make_pipelined(counting_fns()[:2])
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        SB3VecEnv(next_step)
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        SB3VecEnv(counting_fns(), autoreset_mode=AutoresetMode.NEXT_STEP)
+    with pytest.raises(ValueError, match="existing PipelinedVectorEnv"):
+        SB3VecEnv(same_step, num_stages=2)
+    with pytest.raises(TypeError):
+        SB3VecEnv(gym.make("CartPole-v1"))  # type: ignore[arg-type]
+
+
+def test_split_infos_inverts_gymnasium_batching():
+    infos: dict[str, Any] = {}
+    batch = PipelinedVectorEnv._add_info
+    holder = type("Holder", (), {"num_envs": 3, "_add_info": batch})()
+    per_env = [
+        {"n": 1, "x": 0.5, "arr": np.arange(2), "nested": {"flag": True}, "obj": "a"},
+        {},
+        {"n": 3, "nested": {"flag": False, "deep": {"v": np.float32(2.5)}}},
+    ]
+    for i, info in enumerate(per_env):
+        infos = holder._add_info(infos, info, i)
+    assert_tree_equal(split_infos(infos, 3), per_env)
+
+
+class _StopWhenSolved(BaseCallback):
+    """Stop once the last 20 training episodes average at least 195."""
+
+    solved = False
+
+    def _on_rollout_end(self) -> None:
+        returns = [ep["r"] for ep in list(self.model.ep_info_buffer)[-20:]]
+        self.solved = len(returns) == 20 and float(np.mean(returns)) >= 195
+
+    def _on_step(self) -> bool:
+        return not self.solved
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole():
+    import torch
+
+    torch.set_num_threads(1)
+    venv = VecMonitor(SB3VecEnv([lambda: gym.make("CartPole-v1") for _ in range(8)], envs_per_worker=4))
+    try:
+        venv.seed(0)
+        model = PPO(
+            "MlpPolicy",
+            venv,
+            n_steps=32,
+            batch_size=256,
+            n_epochs=10,
+            gae_lambda=0.8,
+            gamma=0.98,
+            ent_coef=0.0,
+            learning_rate=1e-3,
+            seed=0,
+            device="cpu",
+        )
+        model.learn(50_000, callback=_StopWhenSolved())
+        assert model.num_timesteps <= 50_000
+        mean_return, _ = evaluate_policy(model, venv, n_eval_episodes=10, deterministic=True)
+        assert mean_return >= 195, f"mean return {mean_return} after {model.num_timesteps} steps"
+    finally:
+        venv.close()
+
+
+def test_sac_smoke(vec_envs):
+    venv = vec_envs(SB3VecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=20) for _ in range(2)]))
+    model = SAC("MlpPolicy", venv, learning_starts=8, batch_size=8, buffer_size=100, seed=0, device="cpu")
+    model.learn(24)
+    assert model.num_timesteps == 24
+    assert model.replay_buffer.size() == 12  # 24 steps over 2 envs
