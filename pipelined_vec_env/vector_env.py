@@ -20,6 +20,7 @@ from gymnasium.vector.utils import (
     batch_space,
     concatenate,
     create_empty_array,
+    iterate,
     read_from_shared_memory,
 )
 
@@ -51,6 +52,11 @@ def _views_stay_valid(space: Space) -> bool:
     if isinstance(space, spaces.Tuple):
         return all(_views_stay_valid(s) for s in space.spaces)
     return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary))
+
+
+def _first(space: Space, batch: Any) -> Any:
+    """The single item of a batch of one."""
+    return next(iter(iterate(batch_space(space, 1), batch)))
 
 
 def _default_context() -> str:
@@ -135,6 +141,14 @@ class PipelinedVectorEnv(VectorEnv):
             so simulators do not oversubscribe cores); None leaves them alone.
         daemon: Start workers as daemon processes (they cannot start processes of their
             own). Set False for envs that spawn subprocesses.
+        max_restarts: Restarts allowed per worker (0: a failed worker raises). A worker
+            that dies, overruns ``step_deadline`` or raises during ``step``/``reset`` is
+            rebuilt from its env fns and its envs reset; their episodes end with
+            ``truncated=True`` and ``info["worker_restarted"]=True``; past the bound the
+            failure is raised (:class:`WorkerCrashedError` for a dead worker).
+        step_deadline: Seconds a worker may take to answer a ``step``/``reset`` (counted
+            from the send); a worker past it is killed and handled as a crash (restart or
+            error). Unlike ``timeout=``, which only stops waiting.
 
     Raises:
         ValueError: Bad arguments (checked before any worker starts).
@@ -156,6 +170,8 @@ class PipelinedVectorEnv(VectorEnv):
         cpu_affinity: str | Sequence[Sequence[int]] | None = None,
         worker_threads: int | None = 1,
         daemon: bool = True,
+        max_restarts: int = 0,
+        step_deadline: float | None = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self._handles: list[WorkerHandle] = []
@@ -168,6 +184,10 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(f"num_stages: expected an int in [1, {num_envs}], got {num_stages!r}")
         if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
             raise ValueError(f"envs_per_worker: expected an int >= 1, got {envs_per_worker!r}")
+        if not isinstance(max_restarts, (int, np.integer)) or max_restarts < 0:
+            raise ValueError(f"max_restarts: expected an int >= 0, got {max_restarts!r}")
+        if step_deadline is not None and not step_deadline > 0:
+            raise ValueError(f"step_deadline: expected None or seconds > 0, got {step_deadline!r}")
         if worker_threads is not None and (not isinstance(worker_threads, int) or worker_threads < 1):
             raise ValueError(f"worker_threads: expected None or an int >= 1, got {worker_threads!r}")
         if not (
@@ -190,6 +210,8 @@ class PipelinedVectorEnv(VectorEnv):
         self.copy = copy
         self.observation_mode = observation_mode
         self.shared_memory = shared_memory
+        self.max_restarts = int(max_restarts)
+        self.step_deadline = step_deadline
 
         # layout: stages, then workers within each stage
         layout: list[tuple[int, list[tuple[int, int]]]] = []
@@ -332,7 +354,13 @@ class PipelinedVectorEnv(VectorEnv):
         first failure after every stage has been drained."""
         for stage in stages:
             stage.check_wait(op, whole)
-        receive_all([w for s in stages for w in s.workers], timeout)
+        deadline = self.step_deadline if op in ("step", "reset") else None
+        receive_all([w for s in stages for w in s.workers], timeout, deadline)
+        if op in ("step", "reset") and self.max_restarts:
+            for stage in stages:
+                for w in stage.workers:
+                    if w.answer is not None and w.answer[0] != "ok" and w.restarts < self.max_restarts:
+                        w.answer = self._restart(w, op, stage.context)
         collected, error = [], None
         for stage in stages:
             results, stage_error = stage.finish()
@@ -341,6 +369,72 @@ class PipelinedVectorEnv(VectorEnv):
         if error is not None:
             raise error
         return collected
+
+    def _restart(self, w: WorkerHandle, op: str, context: Any) -> tuple[str, Any]:
+        """Rebuild worker ``w`` after a failed ``op``, reset its envs, and return the answer
+        that stands in for the failed one (episodes end with ``truncated=True``)."""
+        kind, info = w.answer
+        why = f"exit code {info}" if kind != "error" else f"{info[1]}: {info[2]}"
+        if w.deadline_exceeded:
+            why = f"step_deadline={self.step_deadline} s exceeded"
+        logger.warning(
+            "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
+            w.index, list(w.env_indices), op, why, w.restarts + 1, self.max_restarts,
+        )
+        if kind == "error":
+            logger.warning("worker %d traceback:\n%s", w.index, info[3])
+        w.restart()
+        receive_all([w], None)
+        ready = w.take()
+        if ready[0] != "ready":
+            return ready  # the rebuilt worker failed to start: report that
+        w.send("attach", (self.single_observation_space, self._buffers, self.num_envs), expect_answer=False)
+        w.send("reset", [(k, None, None) for k in range(len(w.env_indices))])
+        receive_all([w], None)
+        answer = w.take()
+        if answer[0] != "ok":
+            return answer
+        items, reset_infos = answer[1]
+        for k in range(len(w.env_indices)):
+            reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
+        if op == "reset":
+            _, reset_ids = context
+            keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
+            return "ok", (
+                None if items is None else [items[k] for k in keep],
+                [reset_infos[k] for k in keep],
+            )
+        n = len(w.env_indices)
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            # the truncated step is followed by an autoreset step, as for any episode end
+            w.send("set_autoreset", list(range(n)), expect_answer=False)
+        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
+            # the simulator's last observation is lost: the fresh one stands in as final_obs
+            if items is not None:
+                finals = items
+            else:
+                view = self._shared_view()
+                finals = [
+                    deepcopy(batch_slice(self.single_observation_space, view, slice(g, g + 1)))
+                    for g in w.env_indices
+                ]
+                finals = [_first(self.single_observation_space, f) for f in finals]
+            for k in range(n):
+                reset_infos[k].insert(
+                    0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
+                )
+        return "ok", (
+            items,
+            np.zeros(n, dtype=np.float64),
+            np.zeros(n, dtype=np.bool_),
+            np.ones(n, dtype=np.bool_),
+            reset_infos,
+        )
+
+    @property
+    def restart_counts(self) -> tuple[int, ...]:
+        """Restarts so far, per worker."""
+        return tuple(w.restarts for w in self._handles)
 
     # ------------------------------------------------------------------ reset
 

@@ -16,6 +16,7 @@ command       payload                                        answer payload
                                                              infos)``
 ``call``      ``(name or fn, args, kwargs, local_indices)``  tuple of per-env results
 ``set_attr``  ``(name, values, local_indices)``              ``None``
+``set_autoreset`` local indices                              none (their next step resets)
 ``close``     ``None``                                       ``None``, then the worker
                                                              exits
 ============  =============================================  ============================
@@ -332,6 +333,9 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
         command, payload = conn.recv()  # EOFError when the caller is gone
         if command == "attach":
             envs.attach(*payload)
+            continue
+        if command == "set_autoreset":
+            envs.autoreset[payload] = True  # these envs reset on their next step
             continue
         try:
             if command == "step":

@@ -62,28 +62,54 @@ class WorkerHandle:
         self.index = index
         self.stage = stage
         self.env_indices = env_indices
+        self.restarts = 0
+        self._ctx = ctx
+        self._args = (pickled_env_fns, autoreset_mode, cpu_cores, worker_threads)
+        self._daemon = daemon
+        self._start()
+
+    def _start(self) -> None:
         self.pending = False
         self.answer: tuple[str, Any] | None = None
         self.dead = False
-        self.conn, child_conn = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(
+        self.sent_at = time.monotonic()
+        self.deadline_exceeded = False
+        pickled_env_fns, autoreset_mode, cpu_cores, worker_threads = self._args
+        self.conn, child_conn = self._ctx.Pipe(duplex=True)
+        self.process = self._ctx.Process(
             target=worker_main,
-            name=f"pipelined-vec-env-worker-{index}",
+            name=f"pipelined-vec-env-worker-{self.index}",
             args=(
-                index,
+                self.index,
                 pickled_env_fns,
-                env_indices,
+                self.env_indices,
                 child_conn,
                 os.getpid(),
                 autoreset_mode,
                 cpu_cores,
                 worker_threads,
             ),
-            daemon=daemon,
+            daemon=self._daemon,
         )
         self.process.start()
         child_conn.close()
         self.pending = True  # the start-up "ready" message
+
+    def restart(self) -> None:
+        """Kill this worker's process (if alive) and start a fresh one for the same envs.
+
+        The new process answers with its start-up ``ready`` message (collect it with
+        :func:`receive_all`).
+        """
+        self.close(timeout=0.0)
+        self.restarts += 1
+        self._start()
+
+    def kill_for_deadline(self) -> None:
+        """Kill a worker that overran its deadline; the wait then reports a crash."""
+        self.deadline_exceeded = True
+        if self.process.is_alive():
+            self.process.kill()
 
     def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
         """Send one command; the answer is collected by :func:`receive_all`.
@@ -102,6 +128,7 @@ class WorkerHandle:
             self.pending = False
             return
         self.pending = expect_answer
+        self.sent_at = time.monotonic()
 
     def take(self) -> tuple[str, Any]:
         """Return and clear the received answer."""
@@ -123,7 +150,7 @@ class WorkerHandle:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the process: ask politely, then terminate, then kill. Always returns."""
-        if self.process.is_alive() and not self.dead:
+        if self.process.is_alive() and not self.dead and timeout > 0:
             try:
                 self.conn.send(("close", None))
             except (BrokenPipeError, ConnectionResetError, OSError):
@@ -200,7 +227,9 @@ def deadline_after(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def receive_all(handles: list[WorkerHandle], timeout: float | None) -> None:
+def receive_all(
+    handles: list[WorkerHandle], timeout: float | None, step_deadline: float | None = None
+) -> None:
     """Wait until every pending handle in ``handles`` has an answer (or is found dead).
 
     Answers received before a timeout are kept on the handles, so a later call picks up
@@ -209,13 +238,32 @@ def receive_all(handles: list[WorkerHandle], timeout: float | None) -> None:
     Args:
         handles: Handles to wait for; those not pending are ignored.
         timeout: Seconds to wait in all, or None to wait while the workers are alive.
+        step_deadline: Seconds a worker may take to answer, counted from when its command
+            was sent; a worker past it is killed (and so answers as crashed). None: no
+            deadline.
 
     Raises:
         WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
     """
     deadline = deadline_after(timeout)
-    while any(h.pending for h in handles):
-        if not receive_ready(handles, remaining(deadline)):
+    while True:
+        pending = [h for h in handles if h.pending]
+        if not pending:
+            return
+        wait_for = remaining(deadline)
+        if step_deadline is not None:
+            now = time.monotonic()
+            for h in pending:
+                if now - h.sent_at >= step_deadline and not h.deadline_exceeded:
+                    logger.warning(
+                        "worker %d overran step_deadline=%.3g s; killing it", h.index, step_deadline
+                    )
+                    h.kill_for_deadline()
+            left = [h.sent_at + step_deadline - now for h in pending if not h.deadline_exceeded]
+            if left:
+                soonest = max(0.0, min(left))
+                wait_for = soonest if wait_for is None else min(wait_for, soonest)
+        if not receive_ready(handles, wait_for) and deadline is not None and remaining(deadline) == 0:
             waiting = [h.index for h in handles if h.pending]
             raise WaitTimeoutError(
                 f"worker(s) {waiting} did not answer within {timeout} s; the call stays "
