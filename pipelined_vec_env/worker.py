@@ -6,20 +6,15 @@ serves one command at a time from its pipe and answers each with exactly one mes
 
 Messages from the caller are ``(command, payload)`` tuples:
 
-============  =============================================  ============================
-command       payload                                        answer payload
-============  =============================================  ============================
-``attach``    ``(observation_space, buffers, num_envs)``     none (no answer is sent)
-``reset``     ``[(local_index, seed, options), ...]``        ``(obs_items, infos)``
-``step``      ``(local_indices or None, batched actions)``   ``(obs_items, rewards,
-                                                             terminations, truncations,
-                                                             infos)``
-``call``      ``(name or fn, args, kwargs, local_indices)``  tuple of per-env results
-``set_attr``  ``(name, values, local_indices)``              ``None``
-``set_autoreset`` local indices                              none (their next step resets)
-``close``     ``None``                                       ``None``, then the worker
-                                                             exits
-============  =============================================  ============================
+| command | payload | answer payload |
+|---|---|---|
+| `attach` | `(observation_space, buffers, num_envs)` | none |
+| `reset` | `[(local_index, seed, options), ...]` | `(obs_items, infos)` |
+| `step` | `(local_indices or None, batched actions)` | `(obs_items, rewards, terminations, truncations, infos)` |
+| `call` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
+| `set_attr` | `(name, values, local_indices)` | `None` |
+| `set_autoreset` | local indices (their next step resets) | none |
+| `close` | `None` | `None`, then the worker exits |
 
 Answers are ``("ok", payload)`` or ``("error", (pickled_exception or None, type_name,
 message, formatted_traceback))``. At start-up the worker sends ``("ready", description)``

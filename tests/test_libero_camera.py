@@ -11,17 +11,20 @@ from pipelined_vec_env.libero.env import LiberoEnv  # noqa: E402
 
 
 def test_camera_images_are_upright_uint8_of_the_asked_size() -> None:
+    # libero_10 task 2 has 2 objects (67-dim state); the suite pads to 151
     env = LiberoEnv(
-        "libero_object",
-        0,
+        "libero_10",
+        2,
         cameras=("agentview", "wrist"),
         image_size=(48, 64),
         render_mode="rgb_array",
     )
     try:
         assert set(env.observation_space.spaces) == {"state", "agentview_image", "wrist_image"}
-        obs, _ = env.reset(seed=0)
+        obs, info = env.reset(seed=0)
         assert env.observation_space.contains(obs)
+        assert info["state_size"] == 67 and obs["state"].shape == (151,)
+        assert np.all(obs["state"][67:] == 0) and np.count_nonzero(obs["state"][:67]) > 40
         for key in ("agentview_image", "wrist_image"):
             assert obs[key].shape == (48, 64, 3) and obs[key].dtype == np.uint8
             assert obs[key].std() > 5  # a rendered scene, not a blank frame

@@ -51,8 +51,12 @@ def test_reset_to_ids_then_step_and_reset_per_stage(envs: pipelined.PipelinedVec
         np.testing.assert_array_equal(infos["is_success"], [False])
     np.testing.assert_array_equal(stepped[0][0]["state"], stepped[1][0]["state"])
 
-    envs.reset_async(options=[{"init_state_id": 9}], stage=1)
+    # stage 1 alone switches its env to another task of the suite (rebuilds that sim)
+    envs.reset_async(options=[{"task_id": 2, "init_state_id": 9}], stage=1)
     obs1, infos1 = envs.reset_wait(stage=1)
     np.testing.assert_array_equal(infos1["init_state_id"], [9])
+    np.testing.assert_array_equal(infos1["task_id"], [2])
+    assert list(infos1["language_instruction"]) == [get_task("libero_object", 2).language]
     assert not np.array_equal(obs1["state"][0], stepped[1][0]["state"][0])
     assert envs.call("get_wrapper_attr", "init_state_id") == (4, 9)
+    assert envs.call("get_wrapper_attr", "task_id") == (1, 2)

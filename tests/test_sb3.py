@@ -275,3 +275,22 @@ def test_sac_smoke(vec_envs):
     model.learn(24)
     assert model.num_timesteps == 24
     assert model.replay_buffer.size() == 12  # 24 steps over 2 envs
+
+
+def test_sb3_example_runs():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "sb3_ppo.py"
+    spec = importlib.util.spec_from_file_location("example_sb3_ppo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    args = module.tyro.cli(
+        module.Args,
+        args=["--num-envs", "2", "--envs-per-worker", "1", "--total-timesteps", "128",
+              "--eval-episodes", "1", "--normalize"],
+    )
+    assert module.main(args) > 0  # CartPole pays 1 per step
