@@ -188,8 +188,9 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def _build(self, task_id: int) -> None:
         """(Re)build the robosuite env for ``task_id`` and load its init states."""
         if self.cameras or self.render_mode is not None:
-            # robosuite picks its GL backend at import; EGL renders headless (Mesa llvmpipe
-            # on CPU). An explicit MUJOCO_GL (e.g. osmesa) wins.
+            # robosuite picks its GL backend at import (it too defaults to EGL on Linux);
+            # EGL renders headless, on CPU through Mesa's llvmpipe. An explicit MUJOCO_GL
+            # (osmesa, glx) wins.
             os.environ.setdefault("MUJOCO_GL", "egl")
         from libero.libero.envs.env_wrapper import ControlEnv
 
