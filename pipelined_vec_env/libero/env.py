@@ -178,6 +178,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(7,), dtype=np.float32)
         if self.pad_state and self._task_state_size > state_size:
+            self.close()
             raise RuntimeError(
                 f"{suite} task {task_id} has a {self._task_state_size}-dim state but the "
                 f"shipped table says the suite's largest is {state_size}; regenerate it with "
@@ -304,12 +305,13 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             )
         task_id = int(options.get("task_id", self.task_id))
         if task_id != self.task_id:
-            self._build(task_id)
-            if self._task_state_size > self.observation_space["state"].shape[0]:
+            size = suites.task_state_size(self.suite, task_id)
+            if size > self.observation_space["state"].shape[0]:
                 raise ValueError(
-                    f"Task {task_id} has a {self._task_state_size}-dim state, larger than this "
-                    "env's space; build the env with pad_state=True to switch tasks."
+                    f"Task {task_id} has a {size}-dim state, larger than this env's space; "
+                    "build the env with pad_state=True to switch tasks."
                 )
+            self._build(task_id)
         n = self.num_init_states
         if options.get("init_state_id") is not None:
             init_state_id = int(options["init_state_id"])
