@@ -55,7 +55,14 @@ def main(args: Args) -> float:
     try:
         venv.seed(args.seed)
         if env_id == "CartPole-v1":  # tuned for CartPole (solves it in ~10k steps)
-            hyper = dict(n_steps=32, batch_size=256, n_epochs=10, gae_lambda=0.8, gamma=0.98, learning_rate=1e-3)
+            hyper = dict(
+                n_steps=32,
+                batch_size=min(256, 32 * args.num_envs),
+                n_epochs=10,
+                gae_lambda=0.8,
+                gamma=0.98,
+                learning_rate=1e-3,
+            )
         else:
             hyper = {}
         model = PPO("MlpPolicy", venv, seed=args.seed, verbose=1, device="cpu", **hyper)
