@@ -211,6 +211,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def main(args: Args) -> dict[str, Any]:
     """Run every measurement, print a table, save JSON; returns the JSON dict."""
     os.environ.setdefault("MUJOCO_GL", "egl")
+    load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     cams = ("agentview", "wrist")
     rows = [measure_in_process(args, ()), measure_in_process(args, cams)]
     if not args.skip_workers:
@@ -220,12 +221,13 @@ def main(args: Args) -> dict[str, Any]:
     result = {
         "benchmark": "libero_step",
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
-        "machine": machine_info(),
+        "machine": {**machine_info(), "load_average_1m_at_start": load_at_start},
         "results": rows,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2))
     print(format_table(rows))
+    print(f"1-minute load average: {load_at_start} at start, {os.getloadavg()[0]:.1f} at end")
     print(f"saved {args.output}")
     return result
 
