@@ -1,0 +1,878 @@
+"""Decoupled inference: env workers post to a shared channel; several actors batch and reply.
+
+Each worker process of a :class:`~pipelined_vec_env.PipelinedVectorEnv` is an
+independent producer: whenever some of its envs finish a step, the driving thread posts
+them to the channel as one *env batch*. Any idle inference actor (a thread with its own
+policy replica or device) takes one or more posted env batches, runs its policy on them
+as one batch, and the driving thread sends each action back to the env that asked for
+it. Nothing ties an env worker to an actor, so a slow simulator step holds up only its
+own env, not a whole synchronous batch.
+
+This is RLinf's env decoupled mode (``runner.enable_decoupled_mode``, with its
+``rollout_queue_size``) built on the EnvPool-style ``async_reset`` / ``recv`` / ``send``
+of :class:`~pipelined_vec_env.PipelinedVectorEnv`, with Sample Factory's dynamic
+batching (Petrenko et al., 2020, "Sample Factory: Egocentric 3D Control from Pixels at
+100000 FPS with Asynchronous Reinforcement Learning"): an actor waits at most
+``max_wait`` seconds for more requests after the first one, then runs what it has.
+Unlike RLinf it works with any number of pipeline stages (every worker is a producer of
+its own) and no wait ever blocks past its deadline.
+
+Threads, not processes: the driving thread is the single consumer of ``envs.recv`` /
+``envs.send``; actors only see observations and return actions. A policy that spends
+its time in a GPU kernel or in torch/numpy code that releases the GIL runs in parallel
+with the driver and with the other actors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import singledispatch
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .batching import batch_slice, to_numpy
+from .errors import WaitTimeoutError
+from .worker_handle import poll_fds
+
+if TYPE_CHECKING:
+    from .vector_env import PipelinedVectorEnv
+
+__all__ = [
+    "ActorStats",
+    "DecoupledRollout",
+    "EnvTrajectory",
+    "InferenceChannel",
+    "Policy",
+    "Transition",
+]
+
+logger = logging.getLogger(__name__)
+
+Policy = Callable[[Any, np.ndarray], Any]
+"""``policy(obs_batch, env_ids) -> actions`` or ``(actions, extras)``.
+
+``obs_batch`` is a batch of ``n`` observations in gymnasium's batched layout of the env's
+``single_observation_space``; ``env_ids`` is an int64 array ``(n,)`` of their global env
+ids. ``actions`` is a batch of ``n`` actions (numpy or torch); ``extras`` a dict of arrays
+or tensors with leading dimension ``n`` (log-probabilities, values, ...), kept with the
+transitions.
+"""
+
+
+# ---------------------------------------------------------------------- records
+
+
+@dataclass
+class ActorStats:
+    """What one inference actor did during a run (appended by the actor's thread).
+
+    Attributes:
+        batch_sizes: Envs in each policy call.
+        env_batches: Env batches (worker posts) merged into each policy call.
+        queue_waits: Seconds each env batch waited in the channel, from its post to the
+            moment an actor took it.
+        infer_seconds: Wall-clock seconds of each policy call (including conversion of
+            its outputs to numpy).
+    """
+
+    batch_sizes: list[int] = field(default_factory=list)
+    env_batches: list[int] = field(default_factory=list)
+    queue_waits: list[float] = field(default_factory=list)
+    infer_seconds: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        """Counts, means and tails of the lists (NaN where a list is empty).
+
+        Returns:
+            ``calls``, ``envs``, ``mean_batch``, ``mean_env_batches``,
+            ``mean_queue_wait_ms``, ``p99_queue_wait_ms``, ``busy_seconds``.
+        """
+        waits = np.asarray(self.queue_waits, dtype=np.float64) * 1e3
+        return {
+            "calls": float(len(self.batch_sizes)),
+            "envs": float(sum(self.batch_sizes)),
+            "mean_batch": float(np.mean(self.batch_sizes)) if self.batch_sizes else math.nan,
+            "mean_env_batches": float(np.mean(self.env_batches)) if self.env_batches else math.nan,
+            "mean_queue_wait_ms": float(waits.mean()) if waits.size else math.nan,
+            "p99_queue_wait_ms": float(np.percentile(waits, 99)) if waits.size else math.nan,
+            "busy_seconds": float(sum(self.infer_seconds)),
+        }
+
+
+@dataclass
+class Transition:
+    """One step of one env, as passed to ``on_transition``.
+
+    Attributes:
+        env_id: Global env id.
+        step: Index of this step in the env's stream during the current run (0-based).
+        obs: The observation the action was computed on (a batch of one, in gymnasium's
+            batched layout).
+        action: The action sent (a batch of one).
+        extras: The policy's extras for this env (arrays with leading dimension one).
+        reward: The reward of the step.
+        terminated: Whether the step ended the episode by termination.
+        truncated: Whether the step ended the episode by truncation.
+        info: The step's info dict for this env alone (gymnasium's masks removed).
+        actor: Index of the actor that computed the action.
+    """
+
+    env_id: int
+    step: int
+    obs: Any
+    action: Any
+    extras: dict[str, np.ndarray]
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    actor: int
+
+
+@dataclass
+class EnvTrajectory:
+    """The transitions one env produced during a run, in order.
+
+    Attributes:
+        env_id: Global env id.
+        obs: ``(L, ...)`` observations the actions were computed on.
+        actions: ``(L, ...)`` actions.
+        extras: Per key ``(L, ...)`` arrays of the policy's extras.
+        rewards: ``(L,)`` float64.
+        terminations: ``(L,)`` bool.
+        truncations: ``(L,)`` bool.
+        infos: ``L`` per-step info dicts of this env.
+        actors: ``(L,)`` int64 index of the actor behind each action.
+    """
+
+    env_id: int
+    obs: Any
+    actions: Any
+    extras: dict[str, np.ndarray]
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: list[dict[str, Any]]
+    actors: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+@dataclass
+class DecoupledRollout:
+    """The result of :meth:`InferenceChannel.run`.
+
+    Attributes:
+        steps: ``(num_envs,)`` int64 steps each env took during the run.
+        final_obs: A batch of ``num_envs`` observations in env order: each env's latest
+            observation, on which its next action will be computed (bootstrap it).
+        trajectories: One :class:`EnvTrajectory` per env in env order, or None when the
+            run did not record.
+        actor_stats: One :class:`ActorStats` per actor for this run.
+        turnaround: Seconds from each env batch's arrival in the driver to its actions
+            being sent back (queue wait + inference + hand-over).
+        wall_seconds: Duration of the run.
+    """
+
+    steps: np.ndarray
+    final_obs: Any
+    trajectories: list[EnvTrajectory] | None
+    actor_stats: list[ActorStats]
+    turnaround: list[float]
+    wall_seconds: float
+
+    def stack(self, observation_space: spaces.Space, action_space: spaces.Space) -> dict[str, Any]:
+        """Time-major arrays ``(T, num_envs, ...)`` of a run where every env took ``T`` steps.
+
+        Args:
+            observation_space: The env's ``single_observation_space``.
+            action_space: The env's ``single_action_space``.
+
+        Returns:
+            ``obs``, ``actions``, ``rewards``, ``terminations``, ``truncations`` and
+            ``extras`` (a dict) indexed ``[t, env]``, env ``i`` being the global env ``i``;
+            ``final_obs`` ``(num_envs, ...)``.
+
+        Raises:
+            ValueError: The run did not record, or envs took different numbers of steps.
+        """
+        if self.trajectories is None:
+            raise ValueError("stack: this run did not record trajectories (record=False)")
+        lengths = {len(t) for t in self.trajectories}
+        if len(lengths) != 1:
+            raise ValueError(f"stack: envs took different numbers of steps {sorted(lengths)}")
+        trajs = self.trajectories
+        keys = trajs[0].extras.keys()
+        return {
+            "obs": _swap01(observation_space, _stack(observation_space, [t.obs for t in trajs])),
+            "actions": _swap01(action_space, _stack(action_space, [t.actions for t in trajs])),
+            "rewards": np.stack([t.rewards for t in trajs], axis=1),
+            "terminations": np.stack([t.terminations for t in trajs], axis=1),
+            "truncations": np.stack([t.truncations for t in trajs], axis=1),
+            "extras": {k: np.stack([t.extras[k] for t in trajs], axis=1) for k in keys},
+            "final_obs": self.final_obs,
+        }
+
+
+# ---------------------------------------------------------------------- batches
+
+
+@singledispatch
+def _concat(space: spaces.Space, batches: list[Any]) -> Any:
+    """Join batches of ``space`` along the env axis (non-array batches are tuples)."""
+    return tuple(itertools.chain.from_iterable(batches))
+
+
+@_concat.register(spaces.Box)
+@_concat.register(spaces.Discrete)
+@_concat.register(spaces.MultiDiscrete)
+@_concat.register(spaces.MultiBinary)
+def _(space: spaces.Space, batches: list[Any]) -> Any:
+    return np.concatenate(batches, axis=0)
+
+
+@_concat.register(spaces.Dict)
+def _(space: spaces.Dict, batches: list[Any]) -> Any:
+    return {k: _concat(sub, [b[k] for b in batches]) for k, sub in space.spaces.items()}
+
+
+@_concat.register(spaces.Tuple)
+def _(space: spaces.Tuple, batches: list[Any]) -> Any:
+    return tuple(_concat(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces))
+
+
+@singledispatch
+def _stack(space: spaces.Space, batches: list[Any]) -> Any:
+    """Stack equally long batches of ``space`` on a new leading axis."""
+    return tuple(batches)
+
+
+@_stack.register(spaces.Box)
+@_stack.register(spaces.Discrete)
+@_stack.register(spaces.MultiDiscrete)
+@_stack.register(spaces.MultiBinary)
+def _(space: spaces.Space, batches: list[Any]) -> Any:
+    return np.stack(batches, axis=0)
+
+
+@_stack.register(spaces.Dict)
+def _(space: spaces.Dict, batches: list[Any]) -> Any:
+    return {k: _stack(sub, [b[k] for b in batches]) for k, sub in space.spaces.items()}
+
+
+@_stack.register(spaces.Tuple)
+def _(space: spaces.Tuple, batches: list[Any]) -> Any:
+    return tuple(_stack(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces))
+
+
+@singledispatch
+def _swap01(space: spaces.Space, stacked: Any) -> Any:
+    """Turn an ``[env][t]`` stack into ``[t][env]``."""
+    return tuple(zip(*stacked, strict=True))
+
+
+@_swap01.register(spaces.Box)
+@_swap01.register(spaces.Discrete)
+@_swap01.register(spaces.MultiDiscrete)
+@_swap01.register(spaces.MultiBinary)
+def _(space: spaces.Space, stacked: Any) -> Any:
+    return np.swapaxes(stacked, 0, 1)
+
+
+@_swap01.register(spaces.Dict)
+def _(space: spaces.Dict, stacked: Any) -> Any:
+    return {k: _swap01(sub, stacked[k]) for k, sub in space.spaces.items()}
+
+
+@_swap01.register(spaces.Tuple)
+def _(space: spaces.Tuple, stacked: Any) -> Any:
+    return tuple(_swap01(sub, stacked[i]) for i, sub in enumerate(space.spaces))
+
+
+def _info_row(infos: Mapping[str, Any], k: int) -> dict[str, Any]:
+    """The info of the ``k``-th env of a batched info dict (gymnasium's masks removed)."""
+    row: dict[str, Any] = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key == "env_id":
+            continue
+        mask = infos.get(f"_{key}")
+        if mask is not None and not mask[k]:
+            continue
+        row[key] = _info_row(value, k) if isinstance(value, Mapping) else value[k]
+    return row
+
+
+# ---------------------------------------------------------------------- messages
+
+
+@dataclass
+class _Request:
+    epoch: int
+    env_ids: np.ndarray
+    obs: Any
+    posted_at: float
+
+
+@dataclass
+class _Reply:
+    epoch: int
+    actor: int
+    env_ids: np.ndarray
+    actions: Any
+    extras: dict[str, np.ndarray]
+    arrived_at: list[float]
+    error: BaseException | None = None
+
+
+_STOP = object()
+
+
+# ---------------------------------------------------------------------- channel
+
+
+class InferenceChannel:
+    """A channel between the workers of a :class:`PipelinedVectorEnv` and inference actors.
+
+    The calling thread drives the run (:meth:`reset`, :meth:`run`); it alone calls
+    ``envs.recv`` / ``envs.send``. Each policy runs in its own daemon thread (an actor).
+    Whenever envs of one worker finish a step, their observations are posted as one env
+    batch; an idle actor takes up to ``rollout_queue_size`` env batches (waiting at most
+    ``max_wait`` seconds after the first for more), runs its policy on them as one batch,
+    and the driver routes each action back to the env it belongs to.
+
+    Each env takes exactly ``steps_per_env`` steps per :meth:`run`, at its own pace, so a
+    run's per-env trajectories are what a synchronous loop of ``steps_per_env`` steps
+    would produce for a policy that decides per observation (see :meth:`run`). Between
+    runs every env waits with its latest observation; the next run continues from it.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from pipelined_vec_env import PipelinedVectorEnv
+        >>> from pipelined_vec_env.channel import InferenceChannel
+        >>> envs = PipelinedVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+        >>> def policy(obs, env_ids):
+        ...     return (obs[:, 2] > 0).astype(np.int64)
+        >>> with InferenceChannel(envs, [policy, policy]) as channel:
+        ...     channel.reset(seed=0)
+        ...     rollout = channel.run(steps_per_env=8)
+        >>> rollout.steps.tolist(), rollout.trajectories[3].rewards.shape
+        ([8, 8, 8, 8], (8,))
+        >>> envs.close()
+
+    Args:
+        envs: The vector env. Its worker processes are the producers; stages do not
+            matter (any ``num_stages``).
+        policies: One policy per actor (see :data:`Policy`), each a replica on its own
+            device or sharing one thread-safe model.
+        rollout_queue_size: Most env batches an actor merges into one policy call; 0 means
+            ``ceil(env workers / actors)``. Small values cut waiting; large ones fill
+            batches.
+        max_wait: Seconds an actor waits for more env batches after taking the first,
+            before running a partial batch. 0 takes only what is already queued.
+        name: A name for the actor threads (``"{name}-actor-{i}"``).
+
+    Raises:
+        ValueError: No policies, more actors than env workers, a negative
+            ``rollout_queue_size`` or ``max_wait``.
+    """
+
+    def __init__(
+        self,
+        envs: PipelinedVectorEnv,
+        policies: Sequence[Policy],
+        *,
+        rollout_queue_size: int = 0,
+        max_wait: float = 0.0,
+        name: str = "inference",
+    ) -> None:
+        policies = list(policies)
+        if not policies or not all(callable(p) for p in policies):
+            raise ValueError("policies: expected a non-empty sequence of callables, one per actor")
+        workers = [w for stage in envs.stages for w in stage.workers]
+        if len(policies) > len(workers):
+            raise ValueError(
+                f"policies: {len(policies)} actors but only {len(workers)} env workers; every "
+                "actor needs at least one env worker to serve. Use at most "
+                f"{len(workers)} actors, or more workers (lower envs_per_worker)"
+            )
+        if not isinstance(rollout_queue_size, (int, np.integer)) or rollout_queue_size < 0:
+            raise ValueError(
+                f"rollout_queue_size: expected an int >= 0 (0: default), got {rollout_queue_size!r}"
+            )
+        if not isinstance(max_wait, (int, float)) or not max_wait >= 0 or math.isinf(max_wait):
+            raise ValueError(f"max_wait: expected finite seconds >= 0, got {max_wait!r}")
+        self.envs = envs
+        self.num_actors = len(policies)
+        self.num_workers = len(workers)
+        self.rollout_queue_size = int(rollout_queue_size) or -(-self.num_workers // self.num_actors)
+        self.max_wait = float(max_wait)
+        self._policies = policies
+        self._worker_of = np.empty(envs.num_envs, dtype=np.int64)
+        for k, w in enumerate(workers):
+            self._worker_of[list(w.env_indices)] = k
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[_Reply] = queue.SimpleQueue()
+        self._stats = [ActorStats() for _ in policies]
+        self._epoch = 0
+        self._held: dict[int, Any] = {}  # env id -> latest obs (batch of one), not yet posted
+        self._at_env: set[int] = set()  # envs whose step (or reset) is in flight
+        self._broken: BaseException | None = None
+        self._started = False
+        self.closed = False
+        self._wake_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._threads = [
+            threading.Thread(target=self._actor_loop, args=(i,), name=f"{name}-actor-{i}", daemon=True)
+            for i in range(self.num_actors)
+        ]
+        for t in self._threads:
+            t.start()
+
+    # ------------------------------------------------------------------ actors
+
+    def _actor_loop(self, index: int) -> None:
+        policy = self._policies[index]
+        while True:
+            first = self._requests.get()
+            if first is _STOP:
+                return
+            taken: list[_Request] = [first]
+            stop = False
+            deadline = time.monotonic() + self.max_wait
+            while len(taken) < self.rollout_queue_size:
+                left = deadline - time.monotonic()
+                try:
+                    item = self._requests.get(timeout=left) if left > 0 else self._requests.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                taken.append(item)
+            self._serve(index, policy, taken)
+            if stop:
+                return
+
+    def _serve(self, index: int, policy: Policy, taken: list[_Request]) -> None:
+        started = time.monotonic()
+        env_ids = np.concatenate([r.env_ids for r in taken])
+        reply = _Reply(taken[0].epoch, index, env_ids, None, {}, [r.posted_at for r in taken])
+        try:
+            space = self.envs.single_observation_space
+            obs = taken[0].obs if len(taken) == 1 else _concat(space, [r.obs for r in taken])
+            out = policy(obs, env_ids)
+            if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
+                actions, extras = out
+            else:
+                actions, extras = out, {}
+            reply.actions = to_numpy(actions)
+            reply.extras = {k: np.asarray(to_numpy(v)) for k, v in extras.items()}
+            for k, v in reply.extras.items():
+                if v.ndim == 0 or v.shape[0] != len(env_ids):
+                    raise ValueError(
+                        f"policy extras[{k!r}]: expected leading dimension {len(env_ids)} (one "
+                        f"row per env), got shape {v.shape}"
+                    )
+        except BaseException as exc:  # noqa: BLE001 - raised in the driving thread
+            reply.error = exc
+        stats = self._stats[index]
+        stats.batch_sizes.append(len(env_ids))
+        stats.env_batches.append(len(taken))
+        stats.queue_waits.extend(started - r.posted_at for r in taken)
+        stats.infer_seconds.append(time.monotonic() - started)
+        self._replies.put(reply)
+        self._wake()
+
+    def _wake(self) -> None:
+        # under the lock, so a byte never goes to a descriptor number close() released
+        with self._wake_lock:
+            if self.closed:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:  # the pipe is full: the driver is awake anyway
+                pass
+
+    # ------------------------------------------------------------------ driver
+
+    def reset(
+        self,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Reset every env (``envs.async_reset``); the next :meth:`run` starts from there.
+
+        Results still in flight from a failed run are received and dropped first, and
+        requests still queued are discarded, so a channel is reusable after an error that
+        left its env workers alive.
+
+        Args:
+            seed: As for ``envs.reset`` (int: env ``i`` gets ``seed + i``).
+            options: As for ``envs.reset`` (no ``reset_mask``).
+            timeout: Seconds to wait for steps still in flight; None waits as long as the
+                workers are alive.
+
+        Raises:
+            RuntimeError: The channel is closed.
+            WaitTimeoutError: Steps in flight did not finish within ``timeout``.
+        """
+        self._check_open()
+        self._epoch += 1
+        self._discard_requests()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while _envs_in_flight(self.envs):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self.envs.recv(timeout=left)
+        self.envs.async_reset(seed=seed, options=options)
+        self._held.clear()
+        self._at_env = set(range(self.envs.num_envs))
+        self._broken = None
+        self._started = True
+
+    def run(
+        self,
+        steps_per_env: int,
+        *,
+        record: bool = True,
+        on_transition: Callable[[Transition], None] | None = None,
+        episodes_per_env: int | None = None,
+        timeout: float | None = None,
+    ) -> DecoupledRollout:
+        """Step every env ``steps_per_env`` times, each at its own pace, with the actors' actions.
+
+        An env leaves the run once it has taken ``steps_per_env`` steps (or finished
+        ``episodes_per_env`` episodes, counting terminations and truncations); the run
+        returns when every env has left. Because each env takes the same number of steps,
+        env ``i``'s trajectory depends only on env ``i`` and the policy: for a policy
+        whose action for an observation does not depend on which other envs share its
+        batch, it equals env ``i``'s part of a synchronous loop of ``steps_per_env``
+        ``envs.step`` calls from the same reset. Autoreset follows the env's mode; the
+        transitions are exactly what the env returned.
+
+        Args:
+            steps_per_env: Steps each env takes (>= 1).
+            record: Keep every transition and return per-env trajectories (training);
+                False keeps only counts and the final observations (evaluation).
+            on_transition: Called in this thread with each :class:`Transition` as it
+                completes (per env in order; across envs in arrival order).
+            episodes_per_env: Also stop an env after it finished this many episodes.
+            timeout: Most seconds to wait without any env result or actor reply; None
+                waits while the workers are alive.
+
+        Returns:
+            A :class:`DecoupledRollout`.
+
+        Raises:
+            RuntimeError: Closed, never reset, or broken by an earlier failure (call
+                :meth:`reset`).
+            ValueError: Bad ``steps_per_env`` / ``episodes_per_env``, or actions that do
+                not fit the action space.
+            WaitTimeoutError: Nothing happened within ``timeout`` seconds.
+            WorkerCrashedError / the env's exception: A worker failed.
+            Exception: An actor's policy raised: that exception, in this thread.
+        """
+        self._check_open()
+        if not self._started:
+            raise RuntimeError("run: call reset() first")
+        if self._broken is not None:
+            raise RuntimeError(
+                f"run: an earlier run failed ({type(self._broken).__name__}: {self._broken}); "
+                "call reset() before running again"
+            ) from self._broken
+        if not isinstance(steps_per_env, (int, np.integer)) or steps_per_env < 1:
+            raise ValueError(f"steps_per_env: expected an int >= 1, got {steps_per_env!r}")
+        if episodes_per_env is not None and (
+            not isinstance(episodes_per_env, (int, np.integer)) or episodes_per_env < 1
+        ):
+            raise ValueError(f"episodes_per_env: expected None or an int >= 1, got {episodes_per_env!r}")
+        try:
+            return self._run(int(steps_per_env), record, on_transition, episodes_per_env, timeout)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+
+    def _run(
+        self,
+        steps_per_env: int,
+        record: bool,
+        on_transition: Callable[[Transition], None] | None,
+        episodes_per_env: int | None,
+        timeout: float | None,
+    ) -> DecoupledRollout:
+        envs = self.envs
+        n = envs.num_envs
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        began = time.monotonic()
+        self._stats = [ActorStats() for _ in self._policies]
+        steps = np.zeros(n, dtype=np.int64)
+        episodes = np.zeros(n, dtype=np.int64)
+        keep = record or on_transition is not None
+        # per env: the obs its posted request carries, then (obs, action, extras, actor)
+        posted_obs: dict[int, Any] = {}
+        acted: dict[int, tuple[Any, Any, dict[str, np.ndarray], int]] = {}
+        columns: list[dict[str, list[Any]]] = [
+            {"obs": [], "actions": [], "rewards": [], "terms": [], "truncs": [], "infos": [],
+             "actors": [], "extras": []}
+            for _ in range(n)
+        ]
+        turnaround: list[float] = []
+        posted: set[int] = set()
+
+        def post(env_ids: list[int], obs_rows: list[Any], now: float) -> None:
+            # one request per worker: an env batch, as RLinf's env workers send them
+            groups: dict[int, list[int]] = {}
+            for pos, g in enumerate(env_ids):
+                groups.setdefault(int(self._worker_of[g]), []).append(pos)
+            for positions in groups.values():
+                ids = np.array([env_ids[p] for p in positions], dtype=np.int64)
+                rows = [obs_rows[p] for p in positions]
+                batch = rows[0] if len(rows) == 1 else _concat(obs_space, rows)
+                if keep:
+                    for g, row in zip(ids.tolist(), rows, strict=True):
+                        posted_obs[g] = row
+                posted.update(ids.tolist())
+                self._requests.put(_Request(self._epoch, ids, batch, now))
+
+        held = sorted(self._held)
+        if held:
+            post(held, [self._held[g] for g in held], time.monotonic())
+            self._held.clear()
+
+        while posted or self._at_env:
+            # 1. actions back to their envs
+            progressed = self._deliver(posted, acted, posted_obs, keep, turnaround)
+            # 2. results from the envs
+            if self._at_env:
+                fds = _worker_fds(envs) + [self._wake_r]
+            else:
+                fds = [self._wake_r]
+            if not progressed:
+                ready = poll_fds(fds, timeout)
+                if not ready:
+                    raise WaitTimeoutError(
+                        f"run: no env result or actor reply within {timeout} s "
+                        f"({len(self._at_env)} envs stepping, {len(posted)} at the actors)"
+                    )
+                if set(ready) == {self._wake_r}:
+                    continue
+            if not self._at_env:
+                continue
+            try:
+                obs, rewards, terms, truncs, infos = envs.recv(timeout=0)
+            except WaitTimeoutError:
+                continue
+            now = time.monotonic()
+            ids = infos["env_id"].tolist()
+            go_ids: list[int] = []
+            go_rows: list[Any] = []
+            for k, g in enumerate(ids):
+                self._at_env.discard(g)
+                row = batch_slice(obs_space, obs, np.array([k]))
+                if g in acted:
+                    prev_obs, action, extras, actor = acted.pop(g)
+                    info = _info_row(infos, k)
+                    if record:
+                        col = columns[g]
+                        col["obs"].append(prev_obs)
+                        col["actions"].append(action)
+                        col["extras"].append(extras)
+                        col["rewards"].append(float(rewards[k]))
+                        col["terms"].append(bool(terms[k]))
+                        col["truncs"].append(bool(truncs[k]))
+                        col["infos"].append(info)
+                        col["actors"].append(actor)
+                    if on_transition is not None:
+                        on_transition(
+                            Transition(g, int(steps[g]), prev_obs, action, extras, float(rewards[k]),
+                                       bool(terms[k]), bool(truncs[k]), info, actor)
+                        )
+                    steps[g] += 1
+                    episodes[g] += bool(terms[k] or truncs[k])
+                done = steps[g] >= steps_per_env or (
+                    episodes_per_env is not None and episodes[g] >= episodes_per_env
+                )
+                if done:
+                    self._held[g] = row
+                else:
+                    go_ids.append(g)
+                    go_rows.append(row)
+            if go_ids:
+                post(go_ids, go_rows, now)
+
+        final = [self._held[g] for g in range(n)]
+        trajectories = None
+        if record:
+            trajectories = [
+                _trajectory(g, columns[g], obs_space, act_space) for g in range(n)
+            ]
+        return DecoupledRollout(
+            steps=steps,
+            final_obs=_concat(obs_space, final),
+            trajectories=trajectories,
+            actor_stats=self._stats,
+            turnaround=turnaround,
+            wall_seconds=time.monotonic() - began,
+        )
+
+    def _deliver(
+        self,
+        posted: set[int],
+        acted: dict[int, tuple[Any, Any, dict[str, np.ndarray], int]],
+        posted_obs: dict[int, Any],
+        keep: bool,
+        turnaround: list[float],
+    ) -> bool:
+        """Send every available actor reply to its envs; True if there was one."""
+        try:
+            while True:
+                os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            pass
+        got = False
+        act_space = self.envs.single_action_space
+        while True:
+            try:
+                reply = self._replies.get_nowait()
+            except queue.Empty:
+                return got
+            if reply.epoch != self._epoch:
+                continue  # answers a request from before the last reset
+            if reply.error is not None:
+                error = reply.error
+                if hasattr(error, "add_note"):
+                    error.add_note(f"(raised by inference actor {reply.actor})")
+                raise error
+            got = True
+            ids = reply.env_ids
+            self.envs.send(reply.actions, ids)
+            now = time.monotonic()
+            turnaround.extend(now - t for t in reply.arrived_at)
+            id_list = ids.tolist()
+            posted.difference_update(id_list)
+            self._at_env.update(id_list)
+            for k, g in enumerate(id_list):
+                if keep:
+                    acted[g] = (
+                        posted_obs.pop(g),
+                        batch_slice(act_space, reply.actions, np.array([k])),
+                        {key: v[k : k + 1] for key, v in reply.extras.items()},
+                        reply.actor,
+                    )
+                else:
+                    acted[g] = (None, None, {}, reply.actor)
+
+    def _discard_requests(self) -> None:
+        while True:
+            try:
+                self._requests.get_nowait()
+            except queue.Empty:
+                break
+        while True:
+            try:
+                self._replies.get_nowait()
+            except queue.Empty:
+                break
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the inference channel is closed")
+
+    @property
+    def actor_stats(self) -> list[ActorStats]:
+        """Per-actor statistics of the current (or last) run."""
+        return self._stats
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the actors. Always returns within about ``timeout`` seconds.
+
+        Queued requests are dropped; an actor still inside its policy is left to finish
+        in its daemon thread (its reply is ignored). The env is not closed: it belongs to
+        the caller (envs still stepping are collected or terminated by ``envs.close()``).
+
+        Args:
+            timeout: Seconds to wait for all actor threads together.
+        """
+        if self.closed:
+            return
+        self._discard_requests()
+        for _ in self._threads:
+            self._requests.put(_STOP)
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            logger.warning("actors %s still busy at close; left to finish as daemon threads", alive)
+        with self._wake_lock:
+            self.closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def __enter__(self) -> InferenceChannel:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"InferenceChannel(actors={self.num_actors}, env_workers={self.num_workers}, "
+            f"rollout_queue_size={self.rollout_queue_size}, max_wait={self.max_wait})"
+        )
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _envs_in_flight(envs: PipelinedVectorEnv) -> bool:
+    """Whether ``envs`` has decoupled steps or results not yet received."""
+    state = envs._decoupled
+    return bool(state.in_flight or state.ready)
+
+
+def _worker_fds(envs: PipelinedVectorEnv) -> list[int]:
+    """Descriptors that become readable when a worker with commands in flight answers or dies."""
+    fds: list[int] = []
+    for w, outstanding in envs._decoupled.outstanding.items():
+        if outstanding:
+            fds.append(w.conn.fileno())
+            fds.append(w.process.sentinel)
+    return fds
+
+
+def _trajectory(
+    env_id: int, col: dict[str, list[Any]], obs_space: spaces.Space, act_space: spaces.Space
+) -> EnvTrajectory:
+    length = len(col["rewards"])
+    extras: dict[str, np.ndarray] = {}
+    if length:
+        keys = col["extras"][0].keys()
+        extras = {k: np.concatenate([e[k] for e in col["extras"]], axis=0) for k in keys}
+    return EnvTrajectory(
+        env_id=env_id,
+        obs=_concat(obs_space, col["obs"]) if length else None,
+        actions=_concat(act_space, col["actions"]) if length else None,
+        extras=extras,
+        rewards=np.asarray(col["rewards"], dtype=np.float64),
+        terminations=np.asarray(col["terms"], dtype=np.bool_),
+        truncations=np.asarray(col["truncs"], dtype=np.bool_),
+        infos=col["infos"],
+        actors=np.asarray(col["actors"], dtype=np.int64),
+    )
