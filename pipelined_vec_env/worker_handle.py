@@ -7,12 +7,16 @@ blocking forever (gymnasium's ``AsyncVectorEnv`` gives ``EOFError`` or hangs the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import pickle
 import select
+import sys
 import time
+import types
+from collections.abc import Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -33,6 +37,24 @@ logger = logging.getLogger(__name__)
 
 #: Answer stored for a worker found dead: ``("crashed", exitcode)``.
 CRASHED = "crashed"
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start workers without re-importing the caller's ``__main__`` script in them.
+
+    ``spawn`` and ``forkserver`` children normally import the parent's main script (so
+    that objects pickled by reference to ``__main__`` resolve). Our workers need nothing
+    from it: env constructors are cloudpickled by value. Skipping it saves each worker the
+    script's imports (seconds and hundreds of MB for a script that imports torch).
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 class WorkerHandle:
@@ -91,7 +113,8 @@ class WorkerHandle:
             ),
             daemon=self._daemon,
         )
-        self.process.start()
+        with _main_module_hidden():
+            self.process.start()
         child_conn.close()
         self.pending = True  # the start-up "ready" message
 
