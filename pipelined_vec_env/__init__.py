@@ -12,6 +12,7 @@ from .errors import (
     WorkerCrashedError,
     WorkerError,
 )
+from .libero.registration import register_libero_envs
 from .registration import make_vec, register
 from .vector_env import PipelinedVectorEnv
 
@@ -30,3 +31,4 @@ __all__ = [
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+register_libero_envs()  # gymnasium ids only; imports nothing from LIBERO

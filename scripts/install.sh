@@ -9,10 +9,11 @@ extras="${1:-train,libero}"
 
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   # headless MuJoCo rendering (EGL, OSMesa fallback) for LIBERO cameras and eval videos
-  if ! ldconfig -p | grep -q "libEGL.so.1" || ! ldconfig -p | grep -q "libOSMesa"; then
+  if ! ldconfig -p | grep -q "libEGL.so.1" || ! ldconfig -p | grep -q "libOSMesa" \
+    || ! ls /usr/lib/*/dri/swrast_dri.so >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends libegl1 libgl1 libosmesa6 >/dev/null
+    apt-get install -y -qq --no-install-recommends libegl1 libgl1 libgl1-mesa-dri libosmesa6 >/dev/null
   fi
 fi
 
