@@ -1,0 +1,812 @@
+"""Env-step throughput of PipelinedVectorEnv next to gymnasium, SB3 and EnvPool.
+
+Every backend steps the same env (``HalfCheetah-v5`` by default, 8 envs) with the same
+pre-drawn random actions, in one run, so the ratios printed are side by side. Every
+backend is built once, then timed in rounds; each round visits every backend in turn
+(warm up, time), so slow drift on a shared machine spreads over all of them instead of
+favouring whichever ran first. The table shows the median over rounds, and ratios to
+Sync/Async are medians of per-round paired ratios. CPU time per env step (this process
+with its threads, plus the worker processes) is reported next to wall-clock throughput:
+on a loaded machine it is the steadier figure.
+
+Two figures:
+
+- **Throughput** (env steps per second of wall time): gymnasium ``SyncVectorEnv`` and
+  ``AsyncVectorEnv`` (shared memory), SB3 ``SubprocVecEnv``, EnvPool if importable (sync
+  ``step`` and async ``send``/``recv``), ours in several ``(num_stages, envs_per_worker)``
+  configs with whole-env ``step``, and ours with a staged loop (``step_wait``/
+  ``step_async`` per stage, stages kept in flight). The "ceiling" row is the in-process
+  step rate of one env times the cores this process may use: no CPU-bound backend beats
+  it on an idle machine (on a loaded one, multi-threaded backends get a larger share of
+  the CPU than one thread did and can).
+- **Null-env round trip** (microseconds): an env whose ``step`` does nothing, so the time
+  per ``step()`` is pure framework cost: send actions, worker loop, shared-memory write,
+  answer, info merge. Measured for one worker (latency of a single round trip) and for
+  ``num_envs`` workers (wall time per vector step divided by the workers), next to
+  ``AsyncVectorEnv``, SB3, and a bare ``multiprocessing.Pipe`` echo (the floor).
+
+Run::
+
+    python benchmarks/throughput.py                    # default, < 3 minutes on 2 idle cores
+    python benchmarks/throughput.py --rounds 5 --steps 4000 --null-steps 20000  # steadier
+    python benchmarks/throughput.py --help
+
+Results go to ``benchmarks/results/throughput.json`` with the machine's description.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import tyro
+from gymnasium import spaces
+
+from pipelined_vec_env import PipelinedVectorEnv
+
+__all__ = ["Args", "Backend", "NullEnv", "main", "measure_null", "measure_throughput"]
+
+# When imported as a plain module (tests load it from its path), worker processes cannot
+# import it by name: ship its env classes and functions to them by value.
+if __name__ != "__main__":
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
+
+
+@dataclass
+class Args:
+    """Throughput benchmark options (the defaults run in under three minutes)."""
+
+    env_id: str = "HalfCheetah-v5"
+    """gymnasium id of the env to step (EnvPool must know the same id)."""
+    num_envs: int = 8
+    """Envs per vector env."""
+    steps: int = 500
+    """Vector steps timed per backend and round (``num_envs`` env steps each)."""
+    warmup: int = 30
+    """Vector steps run before timing starts."""
+    rounds: int = 3
+    """Rounds; each builds, times and closes every backend once. Medians are reported."""
+    configs: tuple[str, ...] = ("1x1", "1x2", "1x4", "2x2", "2x4")
+    """Our configs for whole-env ``step``, as ``STAGESxENVS_PER_WORKER``."""
+    staged: tuple[str, ...] = ("2x2", "2x4")
+    """Our configs for the staged loop (``step_async``/``step_wait`` per stage)."""
+    pin: bool = False
+    """Also run each of our whole-env configs with ``cpu_affinity="auto"``."""
+    baselines: bool = True
+    """Run gymnasium Sync/Async and SB3 SubprocVecEnv (ratios need Sync and Async)."""
+    envpool: bool = True
+    """Run EnvPool (sync and async) when it is importable."""
+    envpool_threads: int = 0
+    """EnvPool ``num_threads`` (0: the cores this process may use)."""
+    null_steps: int = 2000
+    """Vector steps timed per null-env round-trip measurement (median of ``rounds``)."""
+    seed: int = 0
+    """Seed for resets and for the random actions."""
+    output: Path = RESULTS
+    """Where the JSON results go."""
+
+
+# ----------------------------------------------------------------------------- envs
+
+
+class NullEnv(gym.Env):
+    """An env whose ``step`` does nothing: a float32 ``(1,)`` observation, never done.
+
+    Stepping it in a vector env measures the framework's round trip and nothing else.
+    """
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._obs = np.zeros(1, dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return self._obs, {}
+
+    def step(self, action: Any):
+        return self._obs, 0.0, False, False, {}
+
+
+#: The echo loop of :class:`PipeEcho`, run with the builtin ``exec`` as the process target:
+#: a builtin pickles by reference, so this works even when this file is not importable by
+#: name in the child (the tests load it from its path).
+_ECHO_LOOP = """
+while True:
+    message = conn.recv()
+    if message is None:
+        break
+    conn.send(message)
+"""
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+@dataclass
+class Backend:
+    """One way of stepping ``num_envs`` envs.
+
+    Attributes:
+        name: Row label.
+        group: ``"gymnasium"``, ``"sb3"``, ``"envpool"``, ``"ours"`` or ``"reference"``.
+        config: Settings that distinguish it, for the JSON.
+        build: Makes the vector env (a fresh one per round).
+        prepare: ``prepare(env, actions, seed)`` resets the env and returns its step
+            loop.
+        results: One dict per round (see :func:`timed`).
+    """
+
+    name: str
+    group: str
+    config: dict[str, Any]
+    build: Callable[[], Any]
+    prepare: Callable[[Any, np.ndarray, int], Loop]
+    results: list[dict[str, float]] = field(default_factory=list)
+
+
+Loop = Callable[[int], int]
+"""``loop(n)`` runs ``n`` vector steps' worth of env steps and returns the env steps done."""
+
+
+def prepare_vector(env: Any, actions: np.ndarray, seed: int) -> Loop:
+    """Whole-env ``step`` loop for anything with gymnasium's (or SB3's) ``step``."""
+    if hasattr(env, "single_action_space"):
+        env.reset(seed=seed)
+    else:  # SB3 VecEnv
+        env.seed(seed)
+        env.reset()
+    num_envs = actions.shape[1]
+
+    def loop(n: int) -> int:
+        for i in range(n):
+            env.step(actions[i % len(actions)])
+        return n * num_envs
+
+    return loop
+
+
+def prepare_envpool_sync(env: Any, actions: np.ndarray, seed: int) -> Loop:
+    """EnvPool's ``step`` on all envs (its seed is fixed by ``envpool.make(seed=...)``)."""
+    env.reset()
+    num_envs = actions.shape[1]
+
+    def loop(n: int) -> int:
+        for i in range(n):
+            env.step(actions[i % len(actions)])
+        return n * num_envs
+
+    return loop
+
+
+def prepare_staged(env: PipelinedVectorEnv, actions: np.ndarray, seed: int) -> Loop:
+    """Staged loop: every stage stays in flight; collect stage s, send it its next actions.
+
+    Each call of the loop starts every stage, cycles through the stages, and drains them at
+    the end, so the env steps counted are exactly ``n * num_envs`` as for the other
+    backends and nothing is left in flight between warm-up and timing.
+    """
+    env.reset(seed=seed)
+    slices = env.stage_slices
+
+    def loop(n: int) -> int:
+        for s, sl in enumerate(slices):
+            env.step_async(actions[0][sl], stage=s)
+        for i in range(1, n):
+            batch = actions[i % len(actions)]
+            for s, sl in enumerate(slices):
+                env.step_wait(stage=s)
+                env.step_async(batch[sl], stage=s)
+        for s in range(len(slices)):
+            env.step_wait(stage=s)
+        return n * env.num_envs
+
+    return loop
+
+
+def prepare_envpool_async(env: Any, actions: np.ndarray, seed: int) -> Loop:
+    """EnvPool's async loop: ``recv`` a batch of ready envs, ``send`` their actions back."""
+    env.async_reset()
+    batch = env.config["batch_size"]
+    num_envs = actions.shape[1]
+
+    def loop(n: int) -> int:
+        recvs = n * num_envs // batch
+        for i in range(recvs):
+            info = env.recv()[-1]
+            env.send(actions[i % len(actions)][:batch], info["env_id"])
+        return recvs * batch
+
+    return loop
+
+
+def prepare_single(env: gym.Env, actions: np.ndarray, seed: int) -> Loop:
+    """One env stepped in this process (autoreset by hand): the per-step physics cost."""
+    env.reset(seed=seed)
+    per_vector_step = actions.shape[1]
+
+    def loop(n: int) -> int:
+        steps = n * per_vector_step
+        for i in range(steps):
+            _, _, terminated, truncated, _ = env.step(actions[i % len(actions), 0])
+            if terminated or truncated:
+                env.reset()
+        return steps
+
+    return loop
+
+
+def worker_pids(env: Any) -> list[int]:
+    """Pids of the env's worker processes (none for in-process backends)."""
+    handles = getattr(env, "_handles", None)  # ours; private, read for the benchmark only
+    if handles is not None:
+        return [h.process.pid for h in handles]
+    return [p.pid for p in getattr(env, "processes", [])]  # gymnasium Async, SB3
+
+
+def cpu_seconds(pids: Sequence[int]) -> float | None:
+    """CPU time used so far by the processes ``pids`` (Linux ``schedstat``, ns resolution)."""
+    total = 0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
+def timed(loop: Loop, iterations: int, warmup: int, pids: Sequence[int]) -> dict[str, float]:
+    """Warm up, then time ``loop(iterations)``: wall time and CPU time of this process (its
+    threads included) and of the worker processes ``pids``."""
+    loop(warmup)
+    workers_before = cpu_seconds(pids)
+    wall, cpu = time.perf_counter(), time.process_time()
+    env_steps = loop(iterations)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    workers_after = cpu_seconds(pids)
+    workers = (
+        None if workers_before is None or workers_after is None else workers_after - workers_before
+    )
+    return {
+        "env_steps": env_steps,
+        "seconds": wall,
+        "steps_per_s": env_steps / wall,
+        "parent_cpu_us_per_env_step": cpu / env_steps * 1e6,
+        "worker_cpu_us_per_env_step": None if workers is None else workers / env_steps * 1e6,
+        "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def parse_config(text: str) -> tuple[int, int]:
+    """``"2x4"`` -> ``(num_stages=2, envs_per_worker=4)``."""
+    try:
+        stages, per_worker = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(
+            f"config: expected STAGESxENVS_PER_WORKER such as '2x4', got {text!r}"
+        ) from None
+    return stages, per_worker
+
+
+def _envpool_module() -> Any | None:
+    try:
+        import envpool
+    except Exception:  # ImportError, or a wheel that does not load on this machine
+        return None
+    return envpool
+
+
+def make_backends(args: Args) -> list[Backend]:
+    """The backends to measure, in the order they run within a round."""
+    from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+
+    env_fn = functools.partial(gym.make, args.env_id)
+    fns = [env_fn] * args.num_envs
+    seed = args.seed
+    vector = prepare_vector
+    backends = [
+        Backend("single env, in-process", "reference", {"num_envs": 1}, env_fn, prepare_single),
+    ]
+    if args.baselines:
+        from stable_baselines3.common.vec_env import SubprocVecEnv
+
+        backends += [
+            Backend("gymnasium SyncVectorEnv", "gymnasium", {}, lambda: SyncVectorEnv(fns), vector),
+            Backend(
+                "gymnasium AsyncVectorEnv",
+                "gymnasium",
+                {"shared_memory": True, "context": "forkserver"},
+                lambda: AsyncVectorEnv(fns, shared_memory=True, context="forkserver"),
+                vector,
+            ),
+            Backend(
+                "SB3 SubprocVecEnv",
+                "sb3",
+                {"start_method": "forkserver"},
+                lambda: SubprocVecEnv(fns, start_method="forkserver"),
+                vector,
+            ),
+        ]
+    envpool = _envpool_module() if args.envpool else None
+    if envpool is not None:
+        threads = args.envpool_threads or len(_cores())
+        batch = max(1, args.num_envs // 2)
+
+        def pool(batch_size: int) -> Callable[[], Any]:
+            return lambda: envpool.make(
+                args.env_id,
+                env_type="gymnasium",
+                num_envs=args.num_envs,
+                batch_size=batch_size,
+                num_threads=threads,
+                seed=seed,
+            )
+
+        backends += [
+            Backend(
+                "EnvPool sync",
+                "envpool",
+                {"batch_size": args.num_envs, "num_threads": threads},
+                pool(args.num_envs),
+                prepare_envpool_sync,
+            ),
+            Backend(
+                f"EnvPool async (batch {batch})",
+                "envpool",
+                {"batch_size": batch, "num_threads": threads},
+                pool(batch),
+                prepare_envpool_async,
+            ),
+        ]
+    variants = [(c, None) for c in args.configs] + (
+        [(c, "auto") for c in args.configs] if args.pin else []
+    )
+    for text, affinity in variants:
+        stages, per_worker = parse_config(text)
+        label = f"ours step {stages}x{per_worker}" + (" pinned" if affinity else "")
+        backends.append(
+            Backend(
+                label,
+                "ours",
+                {
+                    "num_stages": stages,
+                    "envs_per_worker": per_worker,
+                    "cpu_affinity": affinity,
+                    "loop": "step",
+                },
+                functools.partial(
+                    PipelinedVectorEnv,
+                    fns,
+                    num_stages=stages,
+                    envs_per_worker=per_worker,
+                    cpu_affinity=affinity,
+                ),
+                vector,
+            )
+        )
+    for text in args.staged:
+        stages, per_worker = parse_config(text)
+        backends.append(
+            Backend(
+                f"ours staged {stages}x{per_worker}",
+                "ours",
+                {
+                    "num_stages": stages,
+                    "envs_per_worker": per_worker,
+                    "cpu_affinity": None,
+                    "loop": "staged",
+                },
+                functools.partial(
+                    PipelinedVectorEnv, fns, num_stages=stages, envs_per_worker=per_worker
+                ),
+                prepare_staged,
+            )
+        )
+    return backends
+
+
+def _actions(env: Any, num_envs: int, rng: np.random.Generator, pool: int = 64) -> np.ndarray:
+    space = getattr(env, "single_action_space", None) or env.action_space
+    low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
+    shape = (pool, num_envs, *space.shape)
+    return rng.uniform(low, high, size=shape).astype(space.dtype)
+
+
+def run_rounds(
+    entries: Sequence[tuple[str, Callable[[], Any], Callable[[Any], Loop]]],
+    rounds: int,
+    steps: int,
+    warmup: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """Build every entry once, then time each in turn, ``rounds`` times round-robin.
+
+    Interleaving spreads slow drift in the machine's load over every entry (paired
+    ratios stay meaningful), and building once keeps start-up cost out of the run time.
+    Idle workers block on their pipes, so the envs waiting their turn cost no CPU.
+
+    Args:
+        entries: ``(name, build, prepare)``: ``build()`` makes the vector env,
+            ``prepare(env)`` resets it and returns its step loop.
+        rounds: Times each entry is timed.
+        steps: Vector steps per timing.
+        warmup: Vector steps run before each timing.
+
+    Returns:
+        One list of :func:`timed` results per entry name, one result per round.
+    """
+    envs: dict[str, Any] = {}
+    loops: dict[str, Loop] = {}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in entries}
+    try:
+        for name, build, prepare in entries:
+            envs[name] = build()
+            loops[name] = prepare(envs[name])
+        for r in range(rounds):
+            for name, _, _ in entries:
+                result = timed(loops[name], steps, warmup, worker_pids(envs[name]))
+                results[name].append(result)
+                load = result["loadavg_1min"]
+                print(
+                    f"  round {r + 1}/{rounds}  {name:34s} {result['steps_per_s']:9.0f} steps/s"
+                    + ("" if load is None else f"  (load {load:.1f})"),
+                    flush=True,
+                )
+    finally:
+        for name, env in envs.items():
+            try:
+                env.close()
+            except Exception as exc:  # close the others regardless
+                print(f"  closing {name} failed: {exc!r}")
+    return results
+
+
+def measure_throughput(args: Args, backends: list[Backend]) -> None:
+    """Time every backend ``args.rounds`` times, round-robin; results land on each backend."""
+    rng = np.random.default_rng(args.seed)
+
+    def preparer(b: Backend) -> Callable[[Any], Loop]:
+        return lambda env: b.prepare(env, _actions(env, args.num_envs, rng), args.seed)
+
+    entries = [(b.name, b.build, preparer(b)) for b in backends]
+    results = run_rounds(entries, args.rounds, args.steps, args.warmup)
+    for b in backends:
+        b.results = results[b.name]
+
+
+# ----------------------------------------------------------------------------- null env
+
+
+class PipeEcho:
+    """The floor for a worker round trip: one process echoing a tiny array over a bare
+    ``multiprocessing.Pipe`` (forkserver), with just enough of the vector-env API to be
+    timed like the others."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")
+        self.single_action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+        self._conn, child = ctx.Pipe()
+        self.processes = [ctx.Process(target=exec, args=(_ECHO_LOOP, {"conn": child}), daemon=True)]
+        self.processes[0].start()
+        child.close()
+
+    def reset(self, seed: int | None = None) -> None:
+        """Nothing to reset."""
+
+    def step(self, actions: np.ndarray) -> np.ndarray:
+        """Send ``actions`` and return the echo."""
+        self._conn.send(actions)
+        return self._conn.recv()
+
+    def close(self) -> None:
+        """Stop the echo process."""
+        self._conn.send(None)
+        self.processes[0].join(5)
+        self._conn.close()
+
+
+def measure_null(args: Args) -> list[dict[str, Any]]:
+    """Null-env round trips, in microseconds per worker round trip (median over rounds).
+
+    With ``n`` workers one vector step is ``n`` round trips served side by side, so the
+    figure is wall time per vector step divided by ``n``; with one worker it is the
+    latency of a single round trip. CPU time is split into this process and the workers.
+    """
+    from gymnasium.vector import AsyncVectorEnv
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    builders: list[tuple[str, int, Callable[[], Any]]] = []
+    for n in sorted({1, args.num_envs}):
+        builders += [
+            ("ours", n, functools.partial(PipelinedVectorEnv, [NullEnv] * n)),
+            (
+                "gymnasium AsyncVectorEnv",
+                n,
+                functools.partial(AsyncVectorEnv, [NullEnv] * n, context="forkserver"),
+            ),
+            (
+                "SB3 SubprocVecEnv",
+                n,
+                functools.partial(SubprocVecEnv, [NullEnv] * n, start_method="forkserver"),
+            ),
+        ]
+    builders.append(("bare Pipe echo", 1, PipeEcho))
+
+    def prepare(n: int) -> Callable[[Any], Loop]:
+        return lambda env: prepare_vector(env, np.zeros((1, n, 1), dtype=np.float32), args.seed)
+
+    entries = [(f"null {name} x{n}", build, prepare(n)) for name, n, build in builders]
+    timings = run_rounds(entries, args.rounds, args.null_steps, min(args.warmup, 100) + 1)
+    rows = []
+    for name, n, _ in builders:
+        results = timings[f"null {name} x{n}"]
+        rows.append(
+            {
+                "backend": name,
+                "workers": n,
+                "us_per_worker_round_trip": 1e6
+                / statistics.median(r["steps_per_s"] for r in results),
+                "parent_cpu_us": _median([r["parent_cpu_us_per_env_step"] for r in results]),
+                "worker_cpu_us": _median([r["worker_cpu_us_per_env_step"] for r in results]),
+                "rounds": results,
+            }
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _cores() -> list[int]:
+    return (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(os.cpu_count() or 1))
+    )
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """Cores, CPU model, Python, package versions and load: what a reader needs to compare."""
+    cpu_model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                cpu_model,
+            )
+    except OSError:
+        pass
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*argv: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *argv], capture_output=True, text=True, cwd=repo, check=False
+            )
+        except OSError:
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    import pipelined_vec_env
+
+    package_dir = Path(pipelined_vec_env.__file__).resolve().parent
+    in_repo = package_dir == repo / "pipelined_vec_env"
+    packages = (
+        "pipelined-vec-env",
+        "gymnasium",
+        "mujoco",
+        "numpy",
+        "cloudpickle",
+        "stable-baselines3",
+        "envpool",
+    )
+    return {
+        "cpu_count": os.cpu_count(),
+        "usable_cores": len(_cores()),
+        "cpu_model": cpu_model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "packages": {p: _version(p) for p in packages},
+        "git_commit": git("rev-parse", "--short", "HEAD"),
+        "pipelined_vec_env_path": str(package_dir),
+        # uncommitted edits to the measured core make the commit above a lie
+        "core_has_uncommitted_changes": bool(
+            git("diff", "--stat", "HEAD", "--", "pipelined_vec_env")
+        )
+        if in_repo
+        else None,
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarise(backends: list[Backend]) -> list[dict[str, Any]]:
+    """One row per backend: median steps/s over rounds, and ratios to Sync and Async.
+
+    Ratios are taken within each round (both backends measured minutes apart at most)
+    and the median of those paired ratios is reported, which resists load drift better
+    than a ratio of medians.
+    """
+    by_name = {b.name: b for b in backends}
+
+    def paired(values: list[float], reference: str) -> float | None:
+        ref = by_name.get(reference)
+        if ref is None or not values:
+            return None
+        return _median([v / r["steps_per_s"] for v, r in zip(values, ref.results, strict=True)])
+
+    rows = []
+    for b in backends:
+        sps = [r["steps_per_s"] for r in b.results]
+        parent = _median([r["parent_cpu_us_per_env_step"] for r in b.results])
+        workers = (
+            _median([r["worker_cpu_us_per_env_step"] for r in b.results]) if b.results else None
+        )
+        rows.append(
+            {
+                "name": b.name,
+                "group": b.group,
+                "config": b.config,
+                "steps_per_s": statistics.median(sps),
+                "steps_per_s_min": min(sps),
+                "steps_per_s_max": max(sps),
+                "vs_sync": paired(sps, "gymnasium SyncVectorEnv"),
+                "vs_async": paired(sps, "gymnasium AsyncVectorEnv"),
+                "parent_cpu_us_per_env_step": parent,
+                "worker_cpu_us_per_env_step": workers,
+                "total_cpu_us_per_env_step": None if parent is None else parent + (workers or 0.0),
+                "rounds": b.results,
+            }
+        )
+    single = by_name.get("single env, in-process")
+    if single is not None and single.results:
+        cores = len(_cores())
+        ceiling = [cores * r["steps_per_s"] for r in single.results]
+        rows.append(
+            {
+                "name": f"ceiling ({cores} cores x single env)",
+                "group": "reference",
+                "config": {"cores": cores},
+                "steps_per_s": statistics.median(ceiling),
+                "vs_sync": paired(ceiling, "gymnasium SyncVectorEnv"),
+                "vs_async": paired(ceiling, "gymnasium AsyncVectorEnv"),
+            }
+        )
+    return rows
+
+
+def _fmt(x: float | None, spec: str = ".0f", suffix: str = "") -> str:
+    return "" if x is None else f"{x:{spec}}{suffix}"
+
+
+def format_table(rows: list[dict[str, Any]], null_rows: list[dict[str, Any]]) -> str:
+    """The markdown tables printed at the end and pasted into ``docs/benchmarks.md``."""
+    lines = [
+        "| backend | env steps/s (median) | min-max | vs Sync | vs Async | CPU us/env step: main + workers |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        spread = (
+            f"{row['steps_per_s_min']:.0f}-{row['steps_per_s_max']:.0f}"
+            if "steps_per_s_min" in row
+            else ""
+        )
+        cpu = ""
+        if row.get("parent_cpu_us_per_env_step") is not None:
+            cpu = f"{row['parent_cpu_us_per_env_step']:.0f}"
+            if row.get("worker_cpu_us_per_env_step"):
+                cpu += f" + {row['worker_cpu_us_per_env_step']:.0f}"
+        lines.append(
+            f"| {row['name']} | {row['steps_per_s']:.0f} | {spread} | {_fmt(row['vs_sync'], '.2f', 'x')} "
+            f"| {_fmt(row['vs_async'], '.2f', 'x')} | {cpu} |"
+        )
+    lines += [
+        "",
+        "| null env | workers | wall us per worker round trip | CPU us: main | CPU us: workers |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in null_rows:
+        lines.append(
+            f"| {row['backend']} | {row['workers']} | {row['us_per_worker_round_trip']:.1f} "
+            f"| {_fmt(row['parent_cpu_us'], '.1f')} | {_fmt(row['worker_cpu_us'], '.1f')} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(rows: list[dict[str, Any]], null_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, checked against this run (best of our configs)."""
+    ours = [r for r in rows if r["group"] == "ours"]
+    best = max(ours, key=lambda r: r["steps_per_s"]) if ours else None
+    one_worker = next((r for r in null_rows if r["backend"] == "ours" and r["workers"] == 1), None)
+    envpool_async = next((r for r in rows if r["name"].startswith("EnvPool async")), None)
+    result: dict[str, Any] = {"best_ours": best["name"] if best else None}
+    if best and best["vs_async"] is not None:
+        result["vs_async"] = {
+            "target": 3.0,
+            "measured": best["vs_async"],
+            "met": best["vs_async"] >= 3.0,
+        }
+    if best and best["vs_sync"] is not None:
+        result["vs_sync"] = {
+            "target": 1.0,
+            "measured": best["vs_sync"],
+            "met": best["vs_sync"] >= 1.0,
+        }
+    if one_worker:
+        us = one_worker["us_per_worker_round_trip"]
+        result["overhead_us"] = {"target": 50.0, "measured": us, "met": us <= 50.0}
+    if best and envpool_async:
+        ratio = best["steps_per_s"] / envpool_async["steps_per_s"]
+        result["vs_envpool_async"] = {"target": 1.0, "measured": ratio, "met": ratio >= 1.0}
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark, print the table and write the JSON; returns what was written."""
+    args = tyro.cli(Args, args=argv)
+    info = machine_info()
+    print(
+        f"{info['cpu_model']}, {info['usable_cores']} usable cores, Python {info['python']}, load {info['loadavg_at_start']}"
+    )
+    backends = make_backends(args)
+    if args.envpool and _envpool_module() is None:
+        print("  EnvPool is not importable: skipped")
+    start = time.perf_counter()
+    print(
+        f"throughput: {args.env_id}, {args.num_envs} envs, {args.steps} vector steps x {args.rounds} rounds"
+    )
+    measure_throughput(args, backends)
+    print("null-env round trips")
+    null_rows = measure_null(args)
+    rows = summarise(backends)
+    info["loadavg_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    result = {
+        "machine": info,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
+        "seconds": time.perf_counter() - start,
+        "throughput": rows,
+        "null_round_trip": null_rows,
+        "targets": targets(rows, null_rows),
+        "envpool_available": _envpool_module() is not None,
+    }
+    print()
+    print(format_table(rows, null_rows))
+    print()
+    print("targets:", json.dumps(result["targets"], indent=1))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
