@@ -89,15 +89,46 @@ def pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
     return data, name, message, tb
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (covers busy/hung workers)."""
+def _die_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies (covers busy/hung workers).
+
+    Returns:
+        False if the parent died before the request took effect (it will never fire).
+    """
     if not sys.platform.startswith("linux"):
-        return
+        return True
+    parent = os.getppid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         logger.debug("prctl(PR_SET_PDEATHSIG) unavailable")
+    return os.getppid() == parent
+
+
+def _release_forkserver() -> None:
+    """Close this worker's copy of the forkserver's "alive" pipe, if it has one.
+
+    The forkserver exits when every holder of that pipe's write end is gone, and it hands
+    a copy to each child it forks. So while any worker lives, the forkserver outlives a
+    caller that died, and ``PR_SET_PDEATHSIG`` (which fires when the worker's parent, the
+    *forkserver*, dies) never fires: a busy or hung worker of a dead caller would live on
+    until its step ends. Without the copy, the caller's death ends the forkserver at once
+    and, through ``PR_SET_PDEATHSIG``, every worker. A forkserver child never uses the copy
+    itself (it starts a forkserver of its own if it needs one).
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    started_by_forkserver = getattr(server, "_inherited_fds", None) is not None
+    if fd is None or not started_by_forkserver or getattr(server, "_forkserver_pid", 1) is not None:
+        return
+    server._forkserver_alive_fd = None
+    try:
+        os.close(fd)
+    except OSError:
+        logger.debug("could not close the forkserver's alive fd %d", fd)
 
 
 def _parent_alive(parent_pid: int) -> bool:
@@ -284,8 +315,8 @@ def worker_main(
         worker_threads: Cap for OpenMP/BLAS/torch threads, or None to leave them alone.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
-    _die_with_parent()
-    if not _parent_alive(parent_pid):
+    _release_forkserver()
+    if not _die_with_parent() or not _parent_alive(parent_pid):
         return
     try:
         _limit_threads(worker_threads)
