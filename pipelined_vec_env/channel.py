@@ -551,6 +551,7 @@ class InferenceChannel:
         record: bool = True,
         on_transition: Callable[[Transition], None] | None = None,
         episodes_per_env: int | None = None,
+        env_ids: Sequence[int] | None = None,
         timeout: float | None = None,
     ) -> DecoupledRollout:
         """Step every env ``steps_per_env`` times, each at its own pace, with the actors' actions.
@@ -571,6 +572,8 @@ class InferenceChannel:
             on_transition: Called in this thread with each :class:`Transition` as it
                 completes (per env in order; across envs in arrival order).
             episodes_per_env: Also stop an env after it finished this many episodes.
+            env_ids: Only these envs take part (None: all); the others keep waiting with
+                their latest observation (an env still resetting is received first).
             timeout: Most seconds to wait without any env result or actor reply; None
                 waits while the workers are alive.
 
@@ -600,8 +603,17 @@ class InferenceChannel:
             not isinstance(episodes_per_env, (int, np.integer)) or episodes_per_env < 1
         ):
             raise ValueError(f"episodes_per_env: expected None or an int >= 1, got {episodes_per_env!r}")
+        n = self.envs.num_envs
+        if env_ids is None:
+            participants = set(range(n))
+        else:
+            participants = {int(g) for g in env_ids}
+            if not participants or not all(0 <= g < n for g in participants):
+                raise ValueError(f"env_ids: expected a non-empty set of ids in [0, {n}), got {env_ids!r}")
         try:
-            return self._run(int(steps_per_env), record, on_transition, episodes_per_env, timeout)
+            return self._run(
+                int(steps_per_env), record, on_transition, episodes_per_env, participants, timeout
+            )
         except BaseException as exc:
             self._broken = exc
             raise
@@ -612,6 +624,7 @@ class InferenceChannel:
         record: bool,
         on_transition: Callable[[Transition], None] | None,
         episodes_per_env: int | None,
+        participants: set[int],
         timeout: float | None,
     ) -> DecoupledRollout:
         envs = self.envs
@@ -648,10 +661,9 @@ class InferenceChannel:
                 posted.update(ids.tolist())
                 self._requests.put(_Request(self._epoch, ids, batch, now))
 
-        held = sorted(self._held)
+        held = sorted(g for g in self._held if g in participants)
         if held:
-            post(held, [self._held[g] for g in held], time.monotonic())
-            self._held.clear()
+            post(held, [self._held.pop(g) for g in held], time.monotonic())
 
         while posted or self._at_env:
             # 1. actions back to their envs
@@ -703,8 +715,10 @@ class InferenceChannel:
                         )
                     steps[g] += 1
                     episodes[g] += bool(terms[k] or truncs[k])
-                done = steps[g] >= steps_per_env or (
-                    episodes_per_env is not None and episodes[g] >= episodes_per_env
+                done = (
+                    g not in participants
+                    or steps[g] >= steps_per_env
+                    or (episodes_per_env is not None and episodes[g] >= episodes_per_env)
                 )
                 if done:
                     self._held[g] = row

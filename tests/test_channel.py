@@ -342,6 +342,20 @@ def test_evaluation_run_without_records(make_pipelined):
     assert returns == pytest.approx({i: sum(range(1, 3 + i)) + (2 + i) * i / 100 for i in range(4)})
 
 
+def test_run_on_a_subset_of_envs(make_pipelined):
+    envs = make_pipelined([partial(EchoEnv, i, 0.0) for i in range(4)], num_stages=2)
+    with InferenceChannel(envs, [echo_policy([])] * 2) as channel:
+        channel.reset(seed=0)
+        rollout = channel.run(3, env_ids=[1, 2], timeout=30)
+        np.testing.assert_array_equal(rollout.steps, [0, 3, 3, 0])
+        np.testing.assert_array_equal(rollout.final_obs[:, 1], [0, 3, 3, 0])
+        assert len(rollout.trajectories[0]) == 0 and len(rollout.trajectories[2]) == 3
+        with pytest.raises(ValueError, match="env_ids"):
+            channel.run(1, env_ids=[4])
+        rollout = channel.run(2, timeout=30)  # the others start from where they waited
+        np.testing.assert_array_equal(rollout.final_obs[:, 1], [2, 5, 5, 2])
+
+
 def test_docstring_example_runs():
     import pipelined_vec_env.channel as module
 
