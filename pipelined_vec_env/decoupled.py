@@ -24,9 +24,9 @@ from .worker_handle import (
     CRASHED,
     WorkerHandle,
     deadline_after,
-    poll_fds,
     raise_worker_error,
     remaining,
+    wait_readable,
 )
 
 if TYPE_CHECKING:
@@ -165,16 +165,12 @@ class DecoupledState:
 
     def _collect(self, timeout: float | None) -> bool:
         """Receive every answer readable within ``timeout``; False if none arrived."""
-        by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
-        for w, queue in self.outstanding.items():
-            if queue:
-                by_fd[w.conn.fileno()] = (w, True)
-                by_fd[w.process.sentinel] = (w, False)
-        if not by_fd:
+        busy = [w for w, queue in self.outstanding.items() if queue]
+        if not busy:
             return True
         got = False
         error: BaseException | None = None
-        workers = {by_fd[fd][0] for fd in poll_fds(list(by_fd), timeout)}
+        workers = wait_readable(busy, timeout)
         for w in workers:
             while self.outstanding[w]:
                 if w.conn.poll(0):

@@ -88,6 +88,25 @@ def _resolve_affinity(
     return sets
 
 
+def _ray_handle_factory(
+    ray_options: Any, num_workers: int, autoreset_mode: AutoresetMode, worker_threads: int | None
+) -> Callable[[int, int, tuple[int, ...], bytes], Any]:
+    """A constructor of Ray actor worker handles (imports ray only here)."""
+    try:
+        from .ray_backend import RayOptions, RayWorkerHandle, ensure_ray
+    except ImportError as exc:
+        raise ImportError(
+            "backend='ray' needs Ray: pip install 'pipelined-vec-env[ray]'"
+        ) from exc
+    options = RayOptions.from_value(ray_options)
+    ensure_ray(options, num_workers)
+
+    def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
+        return RayWorkerHandle(index, stage, env_indices, fns, autoreset_mode, worker_threads, options)
+
+    return make
+
+
 class PipelinedVectorEnv(VectorEnv):
     """A gymnasium ``VectorEnv`` whose envs live in subprocess workers grouped into stages.
 
@@ -149,6 +168,15 @@ class PipelinedVectorEnv(VectorEnv):
         step_deadline: Seconds a worker may take to answer a ``step``/``reset`` (counted
             from the send); a worker past it is killed and handled as a crash (restart or
             error). Unlike ``timeout=``, which only stops waiting.
+        backend: ``"multiprocessing"`` (workers are subprocesses of this process) or
+            ``"ray"`` (workers are Ray actors, on any node of a Ray cluster; needs the
+            ``ray`` extra). With Ray, observations go through Ray's object store
+            (``shared_memory`` is ignored) and ``context``, ``cpu_affinity`` and
+            ``daemon`` do not apply. See ``docs/ray.md``.
+        ray_options: With ``backend="ray"``: a dict or
+            :class:`~pipelined_vec_env.ray_backend.RayOptions` (per-worker ``num_cpus``,
+            ``num_gpus``, ``resources``, ``placement_group``/``bundle_indices`` or
+            ``node_ids``, ``address`` ...). Must be None otherwise.
 
     Raises:
         ValueError: Bad arguments (checked before any worker starts).
@@ -172,6 +200,8 @@ class PipelinedVectorEnv(VectorEnv):
         daemon: bool = True,
         max_restarts: int = 0,
         step_deadline: float | None = None,
+        backend: str = "multiprocessing",
+        ray_options: Any = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self._handles: list[WorkerHandle] = []
@@ -190,6 +220,15 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(f"step_deadline: expected None or seconds > 0, got {step_deadline!r}")
         if worker_threads is not None and (not isinstance(worker_threads, int) or worker_threads < 1):
             raise ValueError(f"worker_threads: expected None or an int >= 1, got {worker_threads!r}")
+        if backend not in ("multiprocessing", "ray"):
+            raise ValueError(f"backend: expected 'multiprocessing' or 'ray', got {backend!r}")
+        if backend != "ray" and ray_options is not None:
+            raise ValueError("ray_options: only used with backend='ray'")
+        if backend == "ray" and cpu_affinity is not None:
+            raise ValueError(
+                "cpu_affinity: not available with backend='ray' (Ray places the actors; "
+                "reserve CPUs with ray_options num_cpus)"
+            )
         if not (
             observation_mode in ("same", "different")
             or (isinstance(observation_mode, tuple) and len(observation_mode) == 2)
@@ -209,7 +248,10 @@ class PipelinedVectorEnv(VectorEnv):
         self.envs_per_worker = int(envs_per_worker)
         self.copy = copy
         self.observation_mode = observation_mode
-        self.shared_memory = shared_memory
+        self.backend = backend
+        # envs may live on other machines: observations travel through Ray's object store
+        self.shared_memory = shared_memory and backend == "multiprocessing"
+        shared_memory = self.shared_memory
         self.max_restarts = int(max_restarts)
         self.step_deadline = step_deadline
 
@@ -224,24 +266,36 @@ class PipelinedVectorEnv(VectorEnv):
         self.stage_slices: tuple[slice, ...] = tuple(
             slice(w[0][0], w[-1][1]) for _, w in layout
         )
-        ctx = mp.get_context(context or _default_context()) if not hasattr(context, "Process") else context
-        self.context = ctx
+        if backend == "ray":
+            make_handle = _ray_handle_factory(ray_options, num_workers, self.autoreset_mode, worker_threads)
+            self.context = None
+        else:
+            ctx = mp.get_context(context or _default_context()) if not hasattr(context, "Process") else context
+            self.context = ctx
+
+            def make_handle(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
+                return WorkerHandle(
+                    ctx,
+                    index=index,
+                    stage=stage,
+                    env_indices=env_indices,
+                    pickled_env_fns=fns,
+                    autoreset_mode=self.autoreset_mode,
+                    cpu_cores=cores[index],
+                    worker_threads=worker_threads,
+                    daemon=daemon,
+                )
 
         self.closed = False
         try:
             for s, worker_ranges in layout:
                 for lo, hi in worker_ranges:
                     self._handles.append(
-                        WorkerHandle(
-                            ctx,
-                            index=len(self._handles),
-                            stage=s,
-                            env_indices=tuple(range(lo, hi)),
-                            pickled_env_fns=cloudpickle.dumps(env_fns[lo:hi]),
-                            autoreset_mode=self.autoreset_mode,
-                            cpu_cores=cores[len(self._handles)],
-                            worker_threads=worker_threads,
-                            daemon=daemon,
+                        make_handle(
+                            len(self._handles),
+                            s,
+                            tuple(range(lo, hi)),
+                            cloudpickle.dumps(env_fns[lo:hi]),
                         )
                     )
             receive_all(self._handles, timeout=None)

@@ -16,7 +16,7 @@ import select
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -31,6 +31,8 @@ __all__ = [
     "receive_all",
     "receive_ready",
     "remaining",
+    "uses_ray",
+    "wait_readable",
 ]
 
 logger = logging.getLogger(__name__)
@@ -204,6 +206,10 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     Returns:
         True if some answer arrived (or nothing was pending), False on timeout.
     """
+    if uses_ray(handles):
+        from .ray_backend import ray_receive_ready
+
+        return ray_receive_ready(handles, timeout)
     by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
     for h in handles:
         if h.pending:
@@ -223,6 +229,31 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
             h.answer = (CRASHED, h.process.exitcode)
             h.pending = False
     return bool(ready_fds)
+
+
+def uses_ray(handles: Sequence[Any]) -> bool:
+    """Whether ``handles`` are Ray actor handles (``backend="ray"``), not subprocesses."""
+    return bool(handles) and getattr(handles[0], "backend", None) == "ray"
+
+
+def wait_readable(handles: Sequence[Any], timeout: float | None) -> set[Any]:
+    """Those of ``handles`` with an answer to read (or found dead) within ``timeout`` s.
+
+    Used by decoupled receives, which read several queued answers per worker through
+    ``handle.conn``; subprocess handles are polled on their pipe and process sentinel,
+    Ray handles with ``ray.wait`` on their oldest outstanding answer.
+    """
+    if uses_ray(handles):
+        from .ray_backend import ray_wait_readable
+
+        return ray_wait_readable(handles, timeout)
+    by_fd: dict[int, Any] = {}
+    for h in handles:
+        by_fd[h.conn.fileno()] = h
+        by_fd[h.process.sentinel] = h
+    if not by_fd:
+        return set()
+    return {by_fd[fd] for fd in poll_fds(list(by_fd), timeout)}
 
 
 def poll_fds(fds: list[int], timeout: float | None) -> list[int]:
