@@ -1,0 +1,500 @@
+"""Ray backend: each worker is a Ray actor, so envs can run on any node of a Ray cluster.
+
+``PipelinedVectorEnv(..., backend="ray")`` builds one :class:`RayWorkerHandle` per worker
+instead of a subprocess :class:`~pipelined_vec_env.worker_handle.WorkerHandle`. The actor
+(:class:`EnvWorkerActor`) owns the same ``_WorkerEnvs`` as a subprocess worker and answers
+the same commands with the same ``("ok", payload)`` / ``("error", info)`` answers, so the
+stages, decoupled stepping, errors, ``max_restarts`` and ``step_deadline`` of the core work
+unchanged on top of it:
+
+- Each command is one actor method call; its ``ObjectRef`` is the pending answer. Actor
+  calls from one caller run in submission order, like messages on a pipe.
+- Waiting is :func:`ray.wait` on the outstanding refs, with the caller's timeout.
+- A dead actor (``ray.kill``, a crashed process, a lost node) resolves its refs with
+  :class:`ray.exceptions.RayActorError`; that becomes the ``("crashed", None)`` answer a
+  dead subprocess gives, hence :class:`~pipelined_vec_env.WorkerCrashedError` or a restart.
+- Observations travel as return values through Ray's object store (no shared memory: the
+  envs may live on another machine).
+
+This module imports ray; the rest of the package never imports it at module import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import ray
+from gymnasium.vector import AutoresetMode
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, pack_exception
+
+__all__ = ["EnvWorkerActor", "RayOptions", "RayWorkerHandle", "ray_receive_ready", "ray_wait_readable"]
+
+logger = logging.getLogger(__name__)
+
+#: Commands that have no answer (as in the subprocess protocol).
+_NO_ANSWER = frozenset({"attach", "set_autoreset"})
+_CRASHED = "crashed"  # same value as worker_handle.CRASHED (not imported: no cycle)
+
+
+@dataclass
+class RayOptions:
+    """How the env actors are placed on a Ray cluster.
+
+    Attributes:
+        address: Ray address for :func:`ray.init` when Ray is not initialised yet
+            (``"auto"``, ``"ray://head:10001"``, ...); None: the ``RAY_ADDRESS`` variable
+            or a new local instance. Ignored when ``ray.init`` was already called.
+        num_cpus: CPUs each worker actor reserves (fractions allowed). One worker holds
+            ``envs_per_worker`` envs.
+        num_gpus: GPUs each worker actor reserves (e.g. for a GPU-rendered simulator).
+        memory: Bytes of memory each actor reserves, or None.
+        resources: Custom resources each actor reserves, e.g. ``{"sim_node": 1}`` to keep
+            simulators on nodes started with ``ray start --resources='{"sim_node": 8}'``.
+        placement_group: A :class:`ray.util.placement_group.PlacementGroup` to place the
+            actors in; worker ``k`` goes to bundle ``bundle_indices[k]`` (default ``k``).
+            Each bundle must hold the actor's request (``num_cpus`` ...).
+        bundle_indices: Bundle per worker (global worker order), or None for ``k``.
+        node_ids: Ray node ids (hex strings, ``ray.nodes()[i]["NodeID"]``); worker ``k``
+            is pinned to ``node_ids[k % len(node_ids)]`` with
+            ``NodeAffinitySchedulingStrategy``. Not together with ``placement_group``.
+        soft_affinity: With ``node_ids``: allow another node when the chosen one is
+            full or gone (else the actor waits for that node).
+        check_resources: Refuse, before starting any actor, a request larger than the
+            cluster's total resources (an actor that can never be placed would make the
+            constructor wait forever). Turn off on autoscaling clusters.
+        actor_options: Extra keyword arguments for ``.options()`` of every actor
+            (``runtime_env``, ``max_concurrency`` is refused: commands must run in order).
+    """
+
+    address: str | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    memory: int | None = None
+    resources: dict[str, float] = field(default_factory=dict)
+    placement_group: Any = None
+    bundle_indices: Sequence[int] | None = None
+    node_ids: Sequence[str] | None = None
+    soft_affinity: bool = False
+    check_resources: bool = True
+    actor_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_value(cls, value: RayOptions | Mapping[str, Any] | None) -> RayOptions:
+        """Build options from None, a mapping of the fields, or an instance.
+
+        Raises:
+            ValueError: Unknown keys, negative requests, or conflicting placement.
+        """
+        if value is None:
+            options = cls()
+        elif isinstance(value, cls):
+            options = value
+        elif isinstance(value, Mapping):
+            unknown = set(value) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ValueError(
+                    f"ray_options: unknown keys {sorted(unknown)}; expected some of "
+                    f"{sorted(cls.__dataclass_fields__)}"
+                )
+            options = cls(**value)
+        else:
+            raise ValueError(f"ray_options: expected None, a dict or RayOptions, got {value!r}")
+        if options.num_cpus < 0 or options.num_gpus < 0:
+            raise ValueError("ray_options: num_cpus and num_gpus must be >= 0")
+        if options.placement_group is not None and options.node_ids:
+            raise ValueError("ray_options: give placement_group or node_ids, not both")
+        if "max_concurrency" in options.actor_options:
+            raise ValueError(
+                "ray_options.actor_options: max_concurrency is not allowed; a worker serves "
+                "its commands one at a time, in order"
+            )
+        return options
+
+    def actor_kwargs(self, worker: int) -> dict[str, Any]:
+        """The ``.options()`` keyword arguments for worker ``worker``'s actor."""
+        kwargs: dict[str, Any] = {
+            "num_cpus": self.num_cpus,
+            "num_gpus": self.num_gpus,
+            "max_restarts": 0,  # restarts are the vector env's (max_restarts), not Ray's
+            "max_concurrency": 1,
+            **self.actor_options,
+        }
+        if self.resources:
+            kwargs["resources"] = dict(self.resources)
+        if self.memory is not None:
+            kwargs["memory"] = self.memory
+        if self.placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            bundle = worker if self.bundle_indices is None else self.bundle_indices[worker]
+            kwargs["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=self.placement_group, placement_group_bundle_index=bundle
+            )
+        elif self.node_ids:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            kwargs["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                node_id=self.node_ids[worker % len(self.node_ids)], soft=self.soft_affinity
+            )
+        return kwargs
+
+
+def ensure_ray(options: RayOptions, num_workers: int) -> None:
+    """Connect to Ray if needed and check that ``num_workers`` actors can be placed.
+
+    Raises:
+        ValueError: ``check_resources`` is on and the cluster's total CPUs, GPUs or custom
+            resources are fewer than the workers request (with a hint to fix it).
+    """
+    if not ray.is_initialized():
+        logger.info("connecting to Ray (address=%s)", options.address)
+        ray.init(address=options.address, include_dashboard=False, log_to_driver=True)
+    if not options.check_resources or options.placement_group is not None:
+        return  # a placement group has already reserved its bundles
+    total = ray.cluster_resources()
+    wanted = {"CPU": options.num_cpus * num_workers, "GPU": options.num_gpus * num_workers}
+    for name, amount in options.resources.items():
+        wanted[name] = wanted.get(name, 0.0) + amount * num_workers
+    short = {k: (v, total.get(k, 0.0)) for k, v in wanted.items() if v > total.get(k, 0.0) + 1e-9}
+    if short:
+        detail = ", ".join(f"{k}: {v:g} requested, {have:g} in the cluster" for k, (v, have) in short.items())
+        raise ValueError(
+            f"backend='ray': {num_workers} env workers cannot all be placed ({detail}). Use "
+            "fewer workers (a larger envs_per_worker), a fractional ray_options num_cpus, "
+            "more nodes, or check_resources=False on an autoscaling cluster"
+        )
+
+
+class EnvWorkerActor:
+    """The Ray actor of one worker: builds its envs and serves the worker commands.
+
+    Made a Ray actor class with :func:`ray.remote` when first used (see
+    :func:`_actor_class`). Its methods return the subprocess protocol's answers (see
+    :mod:`pipelined_vec_env.worker`); env exceptions come back as ``("error", info)``.
+
+    Args:
+        worker_index: This worker's index (for messages).
+        pickled_env_fns: cloudpickled list of env constructors, one per env.
+        env_indices: Global indices of its envs.
+        autoreset_mode: gymnasium's autoreset mode, applied per env.
+        worker_threads: Cap for OpenMP/BLAS/torch threads, or None.
+    """
+
+    def __init__(
+        self,
+        worker_index: int,
+        pickled_env_fns: bytes,
+        env_indices: tuple[int, ...],
+        autoreset_mode: AutoresetMode,
+        worker_threads: int | None,
+    ) -> None:
+        self.worker_index = worker_index
+        self._args = (pickled_env_fns, env_indices, autoreset_mode, worker_threads)
+        self.envs: _WorkerEnvs | None = None
+
+    def start(self) -> tuple[str, Any]:
+        """Build the envs; answer ``("ready", description)`` or ``("error", info)``."""
+        pickled_env_fns, env_indices, autoreset_mode, worker_threads = self._args
+        try:
+            _limit_threads(worker_threads)
+            env_fns = cloudpickle.loads(pickled_env_fns)
+            self.envs = _WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
+            _limit_torch_threads(worker_threads)
+            return "ready", _describe(self.envs.envs)
+        except Exception as exc:
+            return "error", pack_exception(exc)
+
+    def pid(self) -> int:
+        """The actor's process id."""
+        return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node id the actor runs on (hex)."""
+        return ray.get_runtime_context().get_node_id()
+
+    def handle(self, command: str, payload: Any) -> tuple[str, Any] | None:
+        """Serve one command of the worker protocol and return its answer (None for
+        commands without one)."""
+        envs = self.envs
+        assert envs is not None, "command before start()"
+        if command == "attach":
+            envs.attach(*payload)
+            return None
+        if command == "set_autoreset":
+            envs.autoreset[payload] = True
+            return None
+        try:
+            if command == "step":
+                return "ok", envs.step(payload)
+            if command == "reset":
+                return "ok", envs.reset(payload)
+            if command == "call":
+                return "ok", envs.call(*payload)
+            if command == "set_attr":
+                return "ok", envs.set_attr(*payload)
+            if command == "close":
+                envs.close()
+                envs.envs = []
+                return "ok", None
+            raise RuntimeError(f"unknown worker command {command!r}")
+        except Exception as exc:
+            return "error", pack_exception(exc)
+
+
+_ACTOR_CLASS: Any = None
+
+
+def _actor_class() -> Any:
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = ray.remote(EnvWorkerActor)
+    return _ACTOR_CLASS
+
+
+class _ActorProcess:
+    """The few ``multiprocessing.Process`` attributes the core reads, for an actor."""
+
+    def __init__(self, handle: RayWorkerHandle) -> None:
+        self._handle = handle
+        self._pid: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The actor's process id (on its node), or None if it cannot be asked."""
+        if self._pid is None and not self._handle.dead:
+            try:
+                self._pid = ray.get(self._handle.actor.pid.remote(), timeout=30)
+            except (RayError, GetTimeoutError):
+                return None
+        return self._pid
+
+    @property
+    def exitcode(self) -> int | None:
+        """Always None: Ray does not report an actor's exit code."""
+        return None
+
+    def is_alive(self) -> bool:
+        """Whether the actor was not found dead (Ray tells it through its refs)."""
+        return not self._handle.dead
+
+    def join(self, timeout: float | None = None) -> None:
+        """Nothing to join: a killed actor is reaped by Ray."""
+
+    def kill(self) -> None:
+        """Kill the actor at once (``ray.kill``)."""
+        self._handle.kill()
+
+
+class _RefConnection:
+    """A ``Connection``-like view of an actor's queue of answers (``poll``/``recv``), so
+    code written against a worker's pipe reads the actor's answers in the same order."""
+
+    def __init__(self, handle: RayWorkerHandle) -> None:
+        self._handle = handle
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        """Whether the oldest outstanding answer is ready (waiting up to ``timeout`` s)."""
+        queue = self._handle.refs
+        if not queue:
+            return False
+        ready, _ = ray.wait([queue[0]], num_returns=1, timeout=timeout)
+        return bool(ready)
+
+    def recv(self) -> tuple[str, Any]:
+        """Return the oldest outstanding answer.
+
+        Raises:
+            EOFError: The actor is dead (as a closed pipe does).
+        """
+        answer = self._handle.next_answer()
+        if answer[0] == _CRASHED:
+            raise EOFError(f"worker {self._handle.index}'s actor is dead")
+        return answer
+
+
+class RayWorkerHandle:
+    """The caller's side of one worker running as a Ray actor.
+
+    Same interface as :class:`~pipelined_vec_env.worker_handle.WorkerHandle` for the
+    core (``send``, ``take``, ``restart``, ``close``, ``kill_for_deadline``, ``pending``,
+    ``answer``, ``dead``, ``restarts``, ``sent_at``, ``deadline_exceeded``, ``process``,
+    ``conn``). Answers are ``ObjectRef``\\ s queued in ``refs`` in submission order.
+
+    Attributes:
+        backend: ``"ray"`` (how :func:`~pipelined_vec_env.worker_handle.receive_ready`
+            picks its wait).
+        actor: The current actor handle (replaced by :meth:`restart`).
+        refs: Outstanding answer refs, oldest first.
+    """
+
+    backend = "ray"
+
+    def __init__(
+        self,
+        index: int,
+        stage: int,
+        env_indices: tuple[int, ...],
+        pickled_env_fns: bytes,
+        autoreset_mode: AutoresetMode,
+        worker_threads: int | None,
+        options: RayOptions,
+    ) -> None:
+        self.index = index
+        self.stage = stage
+        self.env_indices = env_indices
+        self.restarts = 0
+        self._args = (pickled_env_fns, autoreset_mode, worker_threads)
+        self._options = options
+        self.conn = _RefConnection(self)
+        self._start()
+
+    def _start(self) -> None:
+        self.pending = False
+        self.answer: tuple[str, Any] | None = None
+        self.dead = False
+        self.sent_at = time.monotonic()
+        self.deadline_exceeded = False
+        self.process = _ActorProcess(self)
+        pickled_env_fns, autoreset_mode, worker_threads = self._args
+        self.actor = (
+            _actor_class()
+            .options(**self._options.actor_kwargs(self.index))
+            .remote(self.index, pickled_env_fns, self.env_indices, autoreset_mode, worker_threads)
+        )
+        self.refs: deque[Any] = deque([self.actor.start.remote()])
+        self.pending = True  # the start-up "ready" answer
+
+    def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
+        """Submit one command; its answer is collected by ``receive_all``/``recv``.
+
+        A worker already known dead answers ``("crashed", None)`` at once (when an answer
+        is expected), as a subprocess worker found dead while sending does.
+        """
+        if self.dead:
+            if command not in _NO_ANSWER and not expect_answer:
+                # decoupled sends read answers from the queue: the dead actor's ref says so
+                self.refs.append(self.actor.handle.remote(command, payload))
+            self.answer = (_CRASHED, None) if expect_answer else None
+            self.pending = False
+            return
+        ref = self.actor.handle.remote(command, payload)
+        if command not in _NO_ANSWER:
+            self.refs.append(ref)
+        self.pending = expect_answer
+        self.sent_at = time.monotonic()
+
+    def next_answer(self) -> tuple[str, Any]:
+        """Pop the oldest outstanding ref and return its answer (blocks until ready).
+
+        A dead actor gives ``("crashed", None)``; a Ray failure of the call itself (e.g.
+        a result Ray could not serialise) gives ``("error", info)``.
+        """
+        ref = self.refs.popleft()
+        try:
+            return ray.get(ref)
+        except RayActorError as exc:
+            logger.debug("worker %d's actor died: %s", self.index, exc)
+            self.dead = True
+            return _CRASHED, None
+        except RayError as exc:
+            return "error", pack_exception(exc)
+
+    def recv_answer(self) -> tuple[str, Any]:
+        """Return the oldest outstanding answer (blocks until ready).
+
+        Raises:
+            EOFError: The actor is dead (as a closed pipe does).
+        """
+        return self.conn.recv()
+
+    def receive(self) -> None:
+        """Store the oldest answer in ``answer`` and clear ``pending``."""
+        self.answer = self.next_answer()
+        self.pending = False
+
+    def take(self) -> tuple[str, Any]:
+        """Return and clear the received answer."""
+        assert self.answer is not None
+        answer, self.answer = self.answer, None
+        return answer
+
+    def _mark_dead(self) -> None:
+        self.dead = True
+
+    def kill(self) -> None:
+        """Kill the actor now (``ray.kill``); its outstanding refs resolve as dead."""
+        if not ray.is_initialized():
+            return  # Ray was shut down (its actors with it); do not start a new instance
+        try:
+            ray.kill(self.actor, no_restart=True)
+        except (RayError, ValueError):
+            logger.debug("ray.kill of worker %d failed", self.index, exc_info=True)
+
+    def kill_for_deadline(self) -> None:
+        """Kill an actor that overran its deadline; the wait then reports a crash."""
+        self.deadline_exceeded = True
+        self.kill()
+
+    def restart(self) -> None:
+        """Kill this worker's actor and start a fresh one for the same envs.
+
+        The new actor answers with its start-up ``ready`` answer.
+        """
+        self.close(timeout=0.0)
+        self.restarts += 1
+        self._start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Ask the actor to close its envs (up to ``timeout`` s), then kill it. Returns."""
+        if not self.dead and timeout > 0 and ray.is_initialized():
+            ref = self.actor.handle.remote("close", None)
+            try:
+                ray.wait([ref], num_returns=1, timeout=timeout)
+            except RayError:
+                pass
+        self.kill()
+        self.refs.clear()
+        self.dead = True
+
+
+def ray_receive_ready(handles: Sequence[RayWorkerHandle], timeout: float | None) -> bool:
+    """``receive_ready`` for Ray handles: wait (``ray.wait``) until at least one pending
+    handle's answer is ready, then receive every ready one.
+
+    Returns:
+        True if some answer arrived (or nothing was pending), False on timeout.
+    """
+    heads = {h.refs[0]: h for h in handles if h.pending and h.refs}
+    if not heads:
+        return True
+    ready, rest = ray.wait(list(heads), num_returns=1, timeout=timeout)
+    if not ready:
+        return False
+    if rest:
+        more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+        ready += more
+    for ref in ready:
+        heads[ref].receive()
+    return True
+
+
+def ray_wait_readable(handles: Sequence[RayWorkerHandle], timeout: float | None) -> set[Any]:
+    """The handles among ``handles`` whose oldest outstanding answer is ready within
+    ``timeout`` seconds (at least one unless it timed out); for decoupled receives."""
+    heads = {h.refs[0]: h for h in handles if h.refs}
+    if not heads:
+        return set()
+    ready, rest = ray.wait(list(heads), num_returns=1, timeout=timeout)
+    if ready and rest:
+        more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+        ready += more
+    return {heads[ref] for ref in ready}
