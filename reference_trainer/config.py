@@ -32,6 +32,14 @@ class TrainConfig:
     """Next stage to wait for: fixed round robin, or whichever stage finished first."""
     cpu_affinity: Literal["none", "auto"] = "none"
     """Pin env workers to cores ("auto") or leave placement to the OS ("none")."""
+    backend: Literal["multiprocessing", "ray"] = "multiprocessing"
+    """Env workers as subprocesses of the trainer, or as Ray actors on a Ray cluster
+    (needs the ``ray`` extra; see docs/ray.md). The policy stays in the trainer process."""
+    ray_address: str | None = None
+    """With backend="ray": Ray cluster address ("auto", "ray://head:10001"); None: the
+    RAY_ADDRESS variable, else a new local Ray instance."""
+    ray_num_cpus: float = 1.0
+    """With backend="ray": CPUs each env worker actor reserves."""
 
     # -- PPO -------------------------------------------------------------------------------
     total_timesteps: int = 1_000_000

@@ -94,6 +94,8 @@ def make_vector_env(
     num_stages: int,
     envs_per_worker: int = 1,
     cpu_affinity: str | None = None,
+    backend: str = "multiprocessing",
+    ray_options: dict[str, Any] | None = None,
 ) -> gym.vector.VectorEnv:
     """Build the staged training vector env in SAME_STEP autoreset mode.
 
@@ -103,6 +105,8 @@ def make_vector_env(
         num_stages: pipeline stages.
         envs_per_worker: envs per worker process.
         cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
+        backend: ``"multiprocessing"`` or ``"ray"`` (passed to ``PipelinedVectorEnv``).
+        ray_options: With ``backend="ray"``: actor placement (see ``RayOptions``).
 
     Returns:
         A ``pipelined_vec_env.PipelinedVectorEnv``.
@@ -120,4 +124,6 @@ def make_vector_env(
         envs_per_worker=envs_per_worker,
         autoreset_mode=AutoresetMode.SAME_STEP,
         cpu_affinity=cpu_affinity,
+        backend=backend,
+        ray_options=ray_options,
     )

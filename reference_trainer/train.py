@@ -165,6 +165,12 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         num_stages=config.num_stages,
         envs_per_worker=config.envs_per_worker,
         cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
+        backend=config.backend,
+        ray_options=(
+            {"address": config.ray_address, "num_cpus": config.ray_num_cpus}
+            if config.backend == "ray"
+            else None
+        ),
     )
     try:
         agent = ActorCritic(
