@@ -16,6 +16,11 @@ The design notes' bound for a pipeline is ``max(Te, Ti) / (Te + Ti)`` of the ser
 (``Te + Ti``). On a CPU-only machine the policy and the simulators share cores, so the
 bound is optimistic there; with the policy on a GPU it is the real ceiling.
 
+On a CPU-only machine the policy and the simulators share cores: unless the simulators
+yield, the policy's inference (the pipeline's critical path) is time-sliced with every
+busy worker and the pipeline loses. The env workers therefore run at nice 10 by default
+(``--worker-nice 0`` to compare).
+
 Usage::
 
     python benchmarks/rollout_overlap.py                     # CPU, writes results JSON
@@ -43,6 +48,7 @@ from gymnasium.vector import AutoresetMode
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import BusyEnv
 from reference_trainer.agent import ActorCritic, obs_to_tensor
+from reference_trainer.envs import NicedEnvFn
 from reference_trainer.metrics import ideal_pipelined_fraction
 from reference_trainer.rollout import RolloutCollector
 
@@ -59,15 +65,18 @@ class Args:
     """Observation size (libero_object's padded state)."""
     stages: tuple[int, ...] = (1, 2, 4)
     """Stage counts for the pipelined loop."""
-    hidden_sizes: tuple[int, ...] = (1024, 1024)
+    hidden_sizes: tuple[int, ...] = (2048, 2048, 2048)
     """Policy MLP hidden sizes (sets the inference time)."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Policy device."""
     torch_threads: int = 1
     """Torch CPU threads in the trainer process."""
+    worker_nice: int = 10
+    """Nice value of the env workers: 10 lets the trainer's inference preempt the
+    simulators (on a CPU-only machine they share cores); 0 leaves priorities alone."""
     num_steps: int = 24
     """Decisions per env per measured rollout."""
-    repeats: int = 3
+    repeats: int = 5
     """Measured rollouts per configuration (the median is reported)."""
     output: str | None = None
     """JSON output path (default benchmarks/results/rollout_overlap_<device>.json)."""
@@ -78,7 +87,7 @@ def _make_env(step_seconds: float, obs_dim: int) -> BusyEnv:
 
 
 def _envs(args: Args, num_stages: int) -> PipelinedVectorEnv:
-    fn = functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim)
+    fn = NicedEnvFn(functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim), args.worker_nice)
     return PipelinedVectorEnv(
         [fn] * args.num_envs, num_stages=num_stages, autoreset_mode=AutoresetMode.SAME_STEP
     )
@@ -117,30 +126,49 @@ def _time_inference_round(agent: ActorCritic, args: Args, device: torch.device) 
     return statistics.median(samples[1:])
 
 
-def _time_rollout(
-    envs: PipelinedVectorEnv, agent: ActorCritic, args: Args, device: torch.device, pipelined: bool
-) -> dict[str, float]:
-    collector = RolloutCollector(envs, agent, args.num_steps, device, pipelined=pipelined)
-    collector.reset(seed=0)
-    collector.collect()  # warm-up
-    rounds, bubbles, waits, infers = [], [], [], []
-    for _ in range(args.repeats):
-        timings = collector.collect().timings
-        rounds.append(timings.rollout_s / args.num_steps)
-        bubbles.append(timings.bubble_fraction)
-        waits.append(timings.env_wait_s / args.num_steps)
-        infers.append(timings.inference_s / args.num_steps)
-    return {
-        "round_s": statistics.median(rounds),
-        "bubble_fraction": statistics.median(bubbles),
-        "env_wait_per_round_s": statistics.median(waits),
-        "inference_per_round_s": statistics.median(infers),
-        "env_steps_per_s": args.num_envs / statistics.median(rounds),
-    }
+class _Config:
+    """One loop configuration with its own vector env and collector."""
+
+    def __init__(self, args: Args, agent: ActorCritic, device: torch.device, loop: str, stages: int):
+        self.loop, self.stages = loop, stages
+        self.envs = _envs(args, stages)
+        self.collector = RolloutCollector(
+            self.envs, agent, args.num_steps, device, pipelined=(loop == "pipelined")
+        )
+        self.collector.reset(seed=0)
+        self.collector.collect()  # warm-up
+        self.rounds: list[float] = []
+        self.bubbles: list[float] = []
+        self.waits: list[float] = []
+        self.infers: list[float] = []
+
+    def measure(self, num_steps: int) -> None:
+        timings = self.collector.collect().timings
+        self.rounds.append(timings.rollout_s / num_steps)
+        self.bubbles.append(timings.bubble_fraction)
+        self.waits.append((timings.env_wait_s + timings.env_send_s) / num_steps)
+        self.infers.append(timings.inference_s / num_steps)
+
+    def row(self, num_envs: int) -> dict:
+        round_s = statistics.median(self.rounds)
+        return {
+            "loop": self.loop,
+            "stages": self.stages,
+            "round_s": round_s,
+            "round_s_samples": self.rounds,
+            "bubble_fraction": statistics.median(self.bubbles),
+            "env_per_round_s": statistics.median(self.waits),
+            "inference_per_round_s": statistics.median(self.infers),
+            "env_steps_per_s": num_envs / round_s,
+        }
 
 
 def run(args: Args) -> dict:
-    """Run every configuration and return the results (also printed as a table)."""
+    """Run every configuration and return the results (also printed as a table).
+
+    Configurations are measured interleaved (serial, 1, 2, 4 stages, serial, ...) so that
+    a change in the machine's load during the run affects all of them alike.
+    """
     torch.set_num_threads(args.torch_threads)
     device = torch.device(args.device)
     probe = _make_env(0.0, args.obs_dim)
@@ -148,26 +176,23 @@ def run(args: Args) -> dict:
     agent = ActorCritic(probe.observation_space, probe.action_space, args.hidden_sizes).to(device)
     agent.eval()
 
-    rows: list[dict] = []
-    envs = _envs(args, 1)
+    configs: list[_Config] = []
     try:
-        te = _time_env_round(envs, args)
+        configs.append(_Config(args, agent, device, "serial", 1))
+        te = _time_env_round(configs[0].envs, args)
         ti = _time_inference_round(agent, args, device)
-        serial = _time_rollout(envs, agent, args, device, pipelined=False)
-        rows.append({"loop": "serial", "stages": 1, **serial})
+        for num_stages in args.stages:
+            configs.append(_Config(args, agent, device, "pipelined", num_stages))
+        for _ in range(args.repeats):
+            for config in configs:
+                config.measure(args.num_steps)
     finally:
-        envs.close()
-    for num_stages in args.stages:
-        envs = _envs(args, num_stages)
-        try:
-            rows.append(
-                {"loop": "pipelined", "stages": num_stages,
-                 **_time_rollout(envs, agent, args, device, pipelined=True)}
-            )
-        finally:
-            envs.close()
+        for config in configs:
+            config.envs.close()
+    rows = [config.row(args.num_envs) for config in configs]
+    serial_round = rows[0]["round_s"]
     for row in rows:
-        row["speedup_vs_serial"] = serial["round_s"] / row["round_s"]
+        row["speedup_vs_serial"] = serial_round / row["round_s"]
     ideal = ideal_pipelined_fraction(te, ti)
     return {
         "args": dataclasses.asdict(args),

@@ -70,6 +70,7 @@ class LiberoTrainConfig(TrainConfig):
     init_log_std: float = -0.5
     max_minutes: float | None = 8.0
     eval_episodes: int = 5
+    video_fps: int = 5
     checkpoint_every: int = 20
 
 

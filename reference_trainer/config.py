@@ -32,6 +32,8 @@ class TrainConfig:
     """Next stage to wait for: fixed round robin, or whichever stage finished first."""
     cpu_affinity: Literal["none", "auto"] = "none"
     """Pin env workers to cores ("auto") or leave placement to the OS ("none")."""
+    worker_nice: int = 0
+    """Nice value of env workers (0-19); > 0 lets a CPU policy preempt the simulators."""
     backend: Literal["multiprocessing", "ray"] = "multiprocessing"
     """Env workers as subprocesses of the trainer, or as Ray actors on a Ray cluster
     (needs the ``ray`` extra; see docs/ray.md). The policy stays in the trainer process."""

@@ -6,6 +6,8 @@ Time is split into three buckets measured on the trainer's host clock
 * **inference**: the policy forward passes, including moving observations to the policy
   device and actions back (the ``.cpu()`` copy waits for the device, so CUDA time is in);
 * **env wait**: time blocked in ``step_wait`` / ``wait_any`` / ``step`` for simulators;
+* **env send**: time in ``step_async`` handing actions to the workers (pipelined loop;
+  the serial loop's ``step`` counts as env wait);
 * the rest is bookkeeping (buffer writes, episode statistics).
 
 The **pipeline bubble** is the fraction of the rollout's wall time in which the policy
@@ -36,6 +38,7 @@ class RolloutTimings:
     Attributes:
         rollout_s: wall time of the whole rollout.
         env_wait_s: time blocked waiting for env results.
+        env_send_s: time in ``step_async`` sending actions to the workers.
         inference_s: time in policy inference (incl. host/device copies).
         decisions: policy decisions taken (``num_steps * num_envs``).
         env_steps: primitive simulator steps taken (decisions times executed chunk length).
@@ -43,6 +46,7 @@ class RolloutTimings:
 
     rollout_s: float = 0.0
     env_wait_s: float = 0.0
+    env_send_s: float = 0.0
     inference_s: float = 0.0
     decisions: int = 0
     env_steps: int = 0
@@ -61,8 +65,8 @@ class RolloutTimings:
 
     @property
     def overhead_s(self) -> float:
-        """Rollout time in neither inference nor env waits (may be ~0 when they overlap)."""
-        return max(0.0, self.rollout_s - self.env_wait_s - self.inference_s)
+        """Rollout time in neither inference nor env calls (bookkeeping)."""
+        return max(0.0, self.rollout_s - self.env_wait_s - self.env_send_s - self.inference_s)
 
     def as_scalars(self) -> dict[str, float]:
         """All fields and derived rates as a flat dict (TensorBoard / JSON)."""

@@ -352,7 +352,7 @@ class RolloutCollector:
         num_stages = len(self.stage_slices)
         decision = [0] * num_stages
         for stage, index in enumerate(self.stage_slices):
-            envs.step_async(self._infer(index, 0), stage=stage)
+            self._send(stage, self._infer(index, 0))
         pending = set(range(num_stages))
         round_robin = itertools.cycle(range(num_stages))
         while pending:
@@ -367,9 +367,14 @@ class RolloutCollector:
             self._record(index, decision[stage], result)
             decision[stage] += 1
             if decision[stage] < self.num_steps:
-                envs.step_async(self._infer(index, decision[stage]), stage=stage)
+                self._send(stage, self._infer(index, decision[stage]))
             else:
                 pending.discard(stage)
+
+    def _send(self, stage: int, actions: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        self.envs.step_async(actions, stage=stage)  # type: ignore[call-arg]
+        self._timings.env_send_s += time.perf_counter() - t0
 
     def _infer(self, index: slice, t: int) -> np.ndarray:
         """Infer stage ``index``'s decision ``t``; return clipped numpy actions for the envs."""

@@ -165,6 +165,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         num_stages=config.num_stages,
         envs_per_worker=config.envs_per_worker,
         cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
+        worker_nice=config.worker_nice,
         backend=config.backend,
         ray_options=(
             {"address": config.ray_address, "num_cpus": config.ray_num_cpus}

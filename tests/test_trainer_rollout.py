@@ -216,3 +216,25 @@ def test_collect_before_reset_raises():
     with pytest.raises(RuntimeError, match="reset"):
         collector.collect()
     envs.close()
+
+
+class PriorityEnv(DriftEnv):
+    """DriftEnv that reports its worker process's nice value."""
+
+    def priority(self) -> int:
+        import os
+
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="needs os.setpriority")
+def test_niced_env_fn_sets_the_worker_priority_once(make_pipelined):
+    import os
+
+    from reference_trainer.envs import NicedEnvFn
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    fns = [NicedEnvFn(functools.partial(PriorityEnv, i), min(19, base + 3)) for i in range(4)]
+    envs = make_pipelined(fns, num_stages=2, envs_per_worker=2, autoreset_mode=AutoresetMode.SAME_STEP)
+    assert envs.call("priority") == (min(19, base + 3),) * 4  # absolute, not stacked per env
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the trainer keeps its own
