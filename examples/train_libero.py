@@ -1,7 +1,8 @@
 """Train the reference PPO on one LIBERO task with a 2-stage pipelined rollout.
 
 With no arguments this is a ~10-minute CPU run (2 cores are enough): one libero_object
-task, 4 state-only envs in 2 pipeline stages, action chunks of 4, dense goal shaping. It
+task, 4 state-only envs in 2 pipeline stages, action chunks of 4, dense goal shaping,
+7.5 minutes of training. It
 shows progress, evaluates from fixed init states at the end (sparse success rate, plus an
 mp4 when offscreen OpenGL is available), and prints the run directory, the shaped return
 curve's start and end, the success rate and the throughput.
@@ -68,7 +69,7 @@ class LiberoTrainConfig(TrainConfig):
     update_epochs: int = 10
     hidden_sizes: tuple[int, ...] = (128, 128)
     init_log_std: float = -0.5
-    max_minutes: float | None = 8.0
+    max_minutes: float | None = 7.5
     eval_episodes: int = 5
     video_fps: int = 5
     checkpoint_every: int = 20

@@ -104,11 +104,15 @@ def _advantages(
 
 
 def _curve_ends(history: list[dict[str, float]], key: str) -> tuple[float | None, float | None]:
-    """Mean of ``key`` over the first and the last 10% (at least 1) of iterations having it."""
+    """Mean of ``key`` over the first and the last 10% of iterations having it.
+
+    At least 2 iterations each (1 when there are fewer than 4), so that one noisy
+    iteration does not stand for either end of the curve.
+    """
     points = [h[key] for h in history if key in h and not math.isnan(h[key])]
     if not points:
         return None, None
-    k = max(1, len(points) // 10)
+    k = max(1, min(len(points) // 2, max(2, len(points) // 10)))
     return float(np.mean(points[:k])), float(np.mean(points[-k:]))
 
 

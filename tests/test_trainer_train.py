@@ -153,3 +153,12 @@ def test_inverted_pendulum_reaches_900(tmp_path):
     )
     summary = train(config)
     assert summary["final_eval"]["return_mean"] >= 900, summary["final_eval"]
+
+
+def test_return_curve_ends_average_a_few_iterations():
+    from reference_trainer.train import _curve_ends
+
+    history = [{"r": float(v)} for v in range(1, 11)] + [{"other": 0.0}]
+    assert _curve_ends(history, "r") == (1.5, 9.5)
+    assert _curve_ends([{"r": 1.0}, {"r": 2.0}, {"r": 3.0}], "r") == (1.0, 3.0)
+    assert _curve_ends([{"other": 1.0}], "r") == (None, None)
