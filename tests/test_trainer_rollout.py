@@ -238,3 +238,33 @@ def test_niced_env_fn_sets_the_worker_priority_once(make_pipelined):
     envs = make_pipelined(fns, num_stages=2, envs_per_worker=2, autoreset_mode=AutoresetMode.SAME_STEP)
     assert envs.call("priority") == (min(19, base + 3),) * 4  # absolute, not stacked per env
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the trainer keeps its own
+
+
+class ImageDriftEnv(DriftEnv):
+    """DriftEnv with a Dict observation: the state and a 40x40 image that encodes it."""
+
+    def __init__(self, env_id: int) -> None:
+        super().__init__(env_id)
+        self.observation_space = gym.spaces.Dict({
+            "state": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+            "agentview_image": gym.spaces.Box(0, 255, (40, 40, 3), np.uint8),
+        })
+
+    def _obs(self):
+        state = super()._obs()
+        image = np.full((40, 40, 3), int(self.t * 20 + self.env_id) % 256, dtype=np.uint8)
+        return {"state": state, "agentview_image": image}
+
+
+def test_image_observations_flow_through_both_loops(make_pipelined):
+    fns = [functools.partial(ImageDriftEnv, i) for i in range(3)]
+    envs = make_pipelined(fns, num_stages=3, autoreset_mode=AutoresetMode.SAME_STEP)
+    torch.manual_seed(0)
+    agent = ActorCritic(envs.single_observation_space, envs.single_action_space, (8,))
+    pipelined = _collect(envs, agent, pipelined=True, rollouts=1, num_steps=6)[0]
+    serial = _collect(envs, agent, pipelined=False, rollouts=1, num_steps=6)[0]
+    assert pipelined.obs["agentview_image"].dtype == torch.uint8
+    assert pipelined.obs["agentview_image"].shape == (6, 3, 40, 40, 3)
+    torch.testing.assert_close(pipelined.obs["agentview_image"], serial.obs["agentview_image"], rtol=0, atol=0)
+    torch.testing.assert_close(pipelined.obs["state"], serial.obs["state"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pipelined.values, serial.values, rtol=1e-5, atol=1e-5)
