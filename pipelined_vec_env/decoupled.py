@@ -175,7 +175,7 @@ class DecoupledState:
             while self.outstanding[w]:
                 if w.conn.poll(0):
                     try:
-                        answer = w.conn.recv()
+                        answer = w.recv_answer()
                     except (EOFError, OSError):
                         w._mark_dead()
                         answer = (CRASHED, w.process.exitcode)

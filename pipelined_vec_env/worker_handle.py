@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
-from .worker import worker_main
+from .worker import send, worker_main
 
 __all__ = [
     "WorkerHandle",
@@ -145,7 +145,7 @@ class WorkerHandle:
         """
         if not self.dead:
             try:
-                self.conn.send((command, payload))
+                send(self.conn, (command, payload))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
         if self.dead:
@@ -161,13 +161,17 @@ class WorkerHandle:
         answer, self.answer = self.answer, None
         return answer
 
+    def recv_answer(self) -> tuple[str, Any]:
+        """Read one answer from the pipe (blocks; raises EOFError if the worker is gone)."""
+        return pickle.loads(self.conn.recv_bytes())
+
     def _mark_dead(self) -> None:
         self.dead = True
         self.process.join(timeout=1.0)
 
     def _receive(self) -> None:
         try:
-            self.answer = self.conn.recv()
+            self.answer = self.recv_answer()
         except (EOFError, ConnectionResetError, OSError):
             self._mark_dead()
             self.answer = (CRASHED, self.process.exitcode)
