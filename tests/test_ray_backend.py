@@ -58,8 +58,7 @@ class _RaySessions:
         cluster.add_node(num_cpus=1, resources={"sim": 2})
         cluster.wait_for_nodes()
         self.cluster, self.kind = cluster, "cluster"
-        ray.init(address=cluster.address, log_to_driver=False)
-        return cluster
+        return cluster  # not connected: the first vector env connects through its options
 
     def stop(self) -> None:
         if ray.is_initialized():
@@ -255,33 +254,6 @@ def test_bad_ray_options_rejected_before_actors_start(ray_local):
         PipelinedVectorEnv(counting_fns(2), ray_options=SMALL)
 
 
-@pytest.mark.slow
-def test_two_node_cluster_places_actors_by_resource_and_node(ray_sessions, make_pipelined):
-    cluster = ray_sessions.two_nodes()
-    head_id = cluster.head_node.node_id
-    (worker_node,) = [n for n in cluster.worker_nodes]
-    by_resource = make_pipelined(
-        counting_fns(2, "box"),
-        num_stages=2,
-        backend="ray",
-        ray_options={"num_cpus": 0.25, "resources": {"sim": 1}},
-    )
-    nodes = ray.get([h.actor.node_id.remote() for h in by_resource._handles])
-    assert nodes == [worker_node.node_id] * 2
-    pinned = make_pipelined(
-        counting_fns(2, "box"),
-        num_stages=2,
-        backend="ray",
-        ray_options={"num_cpus": 0.25, "node_ids": [head_id, worker_node.node_id]},
-    )
-    assert ray.get([h.actor.node_id.remote() for h in pinned._handles]) == [head_id, worker_node.node_id]
-    local = make_pipelined(counting_fns(2, "box"), num_stages=2)
-    for envs in (by_resource, pinned):
-        assert_tree_equal(envs.reset(seed=1), local.reset(seed=1))
-        for t in range(5):
-            assert_tree_equal(envs.step(acts(t % 3, 1)), local.step(acts(t % 3, 1)))
-
-
 def test_trainer_flag_builds_ray_workers(ray_local):
     tyro = pytest.importorskip("tyro")
     from reference_trainer.config import TrainConfig
@@ -303,3 +275,53 @@ def test_trainer_flag_builds_ray_workers(ray_local):
         assert obs.shape == (2, 4)
     finally:
         envs.close()
+
+
+def test_overhead_benchmark_runs(ray_local, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "ray_overhead.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_ray_overhead", script)
+    bench = importlib.util.module_from_spec(spec)
+    # registered while it runs: it ships itself to workers by value, tyro reads its hints
+    sys.modules[spec.name] = bench
+    output = tmp_path / "ray_overhead.json"
+    argv = ["--steps", "3", "--warmup", "1", "--rounds", "1", "--layouts", "2x2", "--obs", "rgb84"]
+    try:
+        spec.loader.exec_module(bench)
+        result = bench.main([*argv, "--output", str(output)])
+    finally:
+        sys.modules.pop(spec.name, None)
+    (row,) = result["rows"]
+    assert (row["num_envs"], row["workers"], row["obs_bytes"]) == (2, 1, 84 * 84 * 3)
+    assert row["ray_us_per_step"] > 0 and row["multiprocessing_us_per_step"] > 0
+    assert output.exists() and ray.is_initialized()  # it used this session, left it running
+
+
+@pytest.mark.slow
+def test_two_node_cluster_places_actors_by_resource_and_node(ray_sessions, make_pipelined):
+    cluster = ray_sessions.two_nodes()
+    head_id = cluster.head_node.node_id
+    (worker_node,) = [n for n in cluster.worker_nodes]
+    by_resource = make_pipelined(
+        counting_fns(2, "box"),
+        num_stages=2,
+        backend="ray",
+        ray_options={"num_cpus": 0.25, "resources": {"sim": 1}, "address": cluster.address},
+    )
+    assert ray.is_initialized()  # ray_options["address"] connected this driver
+    nodes = ray.get([h.actor.node_id.remote() for h in by_resource._handles])
+    assert nodes == [worker_node.node_id] * 2
+    pinned = make_pipelined(
+        counting_fns(2, "box"),
+        num_stages=2,
+        backend="ray",
+        ray_options={"num_cpus": 0.25, "node_ids": [head_id, worker_node.node_id]},
+    )
+    assert ray.get([h.actor.node_id.remote() for h in pinned._handles]) == [head_id, worker_node.node_id]
+    local = make_pipelined(counting_fns(2, "box"), num_stages=2)
+    for envs in (by_resource, pinned):
+        assert_tree_equal(envs.reset(seed=1), local.reset(seed=1))
+        for t in range(5):
+            assert_tree_equal(envs.step(acts(t % 3, 1)), local.step(acts(t % 3, 1)))
