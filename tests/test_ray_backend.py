@@ -81,6 +81,20 @@ def ray_local(ray_sessions: _RaySessions) -> None:
     ray_sessions.local()
 
 
+def kill_actor(actor) -> None:
+    """``ray.kill`` and wait until the actor is gone (the kill is asynchronous: a call
+    submitted right after it may still run)."""
+    ray.kill(actor)
+    for _ in range(300):
+        try:
+            ray.get(actor.pid.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+    raise AssertionError("the killed actor still answers")
+
+
 def acts(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
@@ -172,7 +186,7 @@ def test_dead_actor_is_a_crash_and_other_stages_go_on(ray_local, make_pipelined,
     )
     envs.reset(seed=0)
     if how == "ray.kill":
-        ray.kill(envs.stages[1].workers[0].actor)
+        kill_actor(envs.stages[1].workers[0].actor)
         how = 0
     envs.step_async(acts(how), stage=1)
     with pytest.raises(WorkerCrashedError) as info:
@@ -199,14 +213,14 @@ def test_killed_actor_is_restarted(ray_local, make_pipelined):
     envs.step(acts(0, 0))
     victim = envs.stages[1].workers[0]
     old_pid = victim.process.pid
-    ray.kill(victim.actor)
+    kill_actor(victim.actor)
     obs, rew, term, trunc, info = envs.step(acts(0, 0))
     assert trunc.tolist() == [False, True] and info["worker_restarted"][1]
     np.testing.assert_array_equal(obs[:, 1], [2, 0])  # env 1 starts over
     assert envs.restart_counts == (0, 1) and victim.process.pid != old_pid
     obs, *_ = envs.step(acts(0, 0))
     np.testing.assert_array_equal(obs[:, 1], [3, 0])  # NEXT_STEP: the autoreset step
-    ray.kill(victim.actor)
+    kill_actor(victim.actor)
     with pytest.raises(WorkerCrashedError):  # past max_restarts
         envs.step(acts(0, 0))
 
