@@ -153,6 +153,30 @@ def test_decoupled_send_recv_matches_multiprocessing(ray_local, make_pipelined):
         assert n > 0 and traces[0][g][:n] == traces[1][g][:n], g
 
 
+def test_decoupled_dead_actor_is_reported_and_other_envs_go_on(ray_local, make_pipelined):
+    envs = make_pipelined(
+        [partial(FaultyEnv) for _ in range(2)], num_stages=2, backend="ray", ray_options=SMALL
+    )
+    envs.async_reset(seed=0)
+    _, _, _, _, info = envs.recv(batch_size=2)
+    assert sorted(info["env_id"].tolist()) == [0, 1]
+    envs.send(acts(0, F.EXIT), np.array([0, 1]))
+    env0_counts = []  # env 0's result arrives before or after the crash report
+    with pytest.raises(WorkerCrashedError) as crash:
+        for _ in range(2):
+            obs, *_, info = envs.recv(batch_size=1)
+            env0_counts += [o[0] for o, g in zip(obs, info["env_id"], strict=True) if g == 0]
+    assert crash.value.env_indices == (1,)
+    if not env0_counts:
+        obs, *_, info = envs.recv(batch_size=1)
+        assert info["env_id"].tolist() == [0]
+        env0_counts.append(obs[0, 0])
+    assert env0_counts == [1]
+    envs.send(acts(0), np.array([0]))  # the other env goes on
+    obs, *_, info = envs.recv(batch_size=1)
+    assert info["env_id"].tolist() == [0] and obs[0, 0] == 2
+
+
 def test_worker_exceptions_keep_type_and_traceback(ray_local, make_pipelined):
     envs = make_pipelined([partial(FaultyEnv) for _ in range(2)], backend="ray", ray_options=SMALL)
     envs.reset(seed=0)
