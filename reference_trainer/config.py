@@ -42,6 +42,17 @@ class TrainConfig:
     RAY_ADDRESS variable, else a new local Ray instance."""
     ray_num_cpus: float = 1.0
     """With backend="ray": CPUs each env worker actor reserves."""
+    decoupled: bool = False
+    """Decoupled rollouts (RLinf's decoupled mode): env workers post observations to a shared
+    channel and --num-actors inference threads batch whatever is posted; evaluation runs
+    through it too. Replaces --pipelined; any --num-stages works. See docs/decoupled.md."""
+    num_actors: int = 1
+    """With --decoupled: inference actor threads (at most the number of env workers)."""
+    rollout_queue_size: int = 0
+    """With --decoupled: most env batches an actor merges into one forward pass (0: ceil(env
+    workers / actors))."""
+    max_wait: float = 0.0
+    """With --decoupled: seconds an actor waits for more requests after the first."""
 
     # -- PPO -------------------------------------------------------------------------------
     total_timesteps: int = 1_000_000

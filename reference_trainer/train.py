@@ -33,6 +33,7 @@ from reference_trainer.checkpoint import (
     save_checkpoint,
 )
 from reference_trainer.config import TrainConfig
+from reference_trainer.decoupled_rollout import DecoupledRolloutCollector
 from reference_trainer.envs import EnvFactory, GymEnvFactory, make_vector_env, num_env_workers
 from reference_trainer.evaluation import evaluate, record_video
 from reference_trainer.metrics import summarize_episodes
@@ -163,6 +164,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
 
     writer = None
     progress = None
+    collector: RolloutCollector | DecoupledRolloutCollector | None = None
     envs = make_vector_env(
         factory,
         config.num_envs,
@@ -187,17 +189,31 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         ).to(device)
         optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
         scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
-        collector = RolloutCollector(
-            envs,
-            agent,
-            config.num_steps,
-            device,
-            pipelined=config.pipelined,
-            stage_order=config.stage_order,
-            noise_seed=config.seed,
-            steps_info_key=factory.steps_info_key,
-            steps_per_decision=factory.steps_per_decision,
-        )
+        if config.decoupled:
+            collector = DecoupledRolloutCollector(
+                envs,
+                agent,
+                config.num_steps,
+                device,
+                num_actors=config.num_actors,
+                rollout_queue_size=config.rollout_queue_size,
+                max_wait=config.max_wait,
+                noise_seed=config.seed,
+                steps_info_key=factory.steps_info_key,
+                steps_per_decision=factory.steps_per_decision,
+            )
+        else:
+            collector = RolloutCollector(
+                envs,
+                agent,
+                config.num_steps,
+                device,
+                pipelined=config.pipelined,
+                stage_order=config.stage_order,
+                noise_seed=config.seed,
+                steps_info_key=factory.steps_info_key,
+                steps_per_decision=factory.steps_per_decision,
+            )
         shuffle = torch.Generator()
         shuffle.manual_seed(config.seed)
         iteration, global_step, history, evaluations = 0, 0, [], []
@@ -253,9 +269,18 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 },
             )
 
-        def run_evaluation(video: bool) -> dict[str, Any]:
+        def run_evaluation(video: bool, then_train: bool = False) -> dict[str, Any]:
             agent.eval()
-            result = evaluate(agent, factory, device, config.eval_episodes, config.eval_seed)
+            if isinstance(collector, DecoupledRolloutCollector):
+                # through the channel on the training envs, which restart for training after
+                result = collector.evaluate(
+                    factory,
+                    config.eval_episodes,
+                    config.eval_seed,
+                    then_reset_seed=config.seed + iteration * config.num_envs if then_train else None,
+                )
+            else:
+                result = evaluate(agent, factory, device, config.eval_episodes, config.eval_seed)
             if video:
                 path = run_dir / "videos" / f"eval_iter{iteration:05d}.mp4"
                 result.video_path = record_video(
@@ -329,7 +354,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             if config.checkpoint_every and iteration % config.checkpoint_every == 0:
                 save(run_dir / "checkpoints" / CHECKPOINT_NAME)
             if config.eval_every and iteration % config.eval_every == 0 and iteration < num_iterations:
-                run_evaluation(video=False)
+                run_evaluation(video=False, then_train=True)
             if config.max_minutes is not None and (time.perf_counter() - start) >= 60 * config.max_minutes:
                 logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
                 stopped_early = True
@@ -358,6 +383,8 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             progress.close()
         if writer is not None:
             writer.close()
+        if isinstance(collector, DecoupledRolloutCollector):
+            collector.close()
         envs.close()
 
 
@@ -388,6 +415,7 @@ def _summary(
         "env_id": config.env_id,
         "device": str(device),
         "pipelined": config.pipelined,
+        "decoupled": config.decoupled,
         "num_envs": config.num_envs,
         "num_stages": config.num_stages,
         "iterations": iteration,
