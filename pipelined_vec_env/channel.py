@@ -42,7 +42,7 @@ from gymnasium import spaces
 
 from .batching import batch_slice, to_numpy
 from .errors import WaitTimeoutError
-from .worker_handle import poll_fds
+from .worker_handle import deadline_after, poll_fds, remaining, uses_ray, wait_readable
 
 if TYPE_CHECKING:
     from .vector_env import PipelinedVectorEnv
@@ -497,6 +497,26 @@ class InferenceChannel:
         self._replies.put(reply)
         self._wake()
 
+    def _wait_for_events(self, envs: PipelinedVectorEnv, timeout: float | None) -> tuple[bool, bool]:
+        """Sleep until an env worker with commands in flight answers (or dies) or an actor
+        wakes the driver; return ``(env_ready, woken)``, both False on timeout.
+
+        Subprocess workers: one ``poll`` on their pipes, sentinels and the wake pipe. Ray
+        actors have no descriptor to poll, so the driver alternates short ``ray.wait``
+        slices (2 ms) with a zero-timeout look at the wake pipe.
+        """
+        busy = [w for w, queue in envs._decoupled.outstanding.items() if queue] if self._at_env else []
+        if not uses_ray(busy):
+            ready = poll_fds([fd for w in busy for fd in (w.conn.fileno(), w.process.sentinel)] + [self._wake_r], timeout)
+            return bool(set(ready) - {self._wake_r}), self._wake_r in ready
+        deadline = deadline_after(timeout)
+        while True:
+            left = remaining(deadline)
+            env_ready = bool(wait_readable(busy, _RAY_POLL_SECONDS if left is None else min(_RAY_POLL_SECONDS, left)))
+            woken = bool(poll_fds([self._wake_r], 0))
+            if env_ready or woken or left == 0:
+                return env_ready, woken
+
     def _wake(self) -> None:
         # under the lock, so a byte never goes to a descriptor number close() released
         with self._wake_lock:
@@ -669,18 +689,14 @@ class InferenceChannel:
             # 1. actions back to their envs
             progressed = self._deliver(posted, acted, posted_obs, keep, turnaround)
             # 2. results from the envs
-            if self._at_env:
-                fds = _worker_fds(envs) + [self._wake_r]
-            else:
-                fds = [self._wake_r]
             if not progressed:
-                ready = poll_fds(fds, timeout)
-                if not ready:
+                env_ready, woken = self._wait_for_events(envs, timeout)
+                if not env_ready and not woken:
                     raise WaitTimeoutError(
                         f"run: no env result or actor reply within {timeout} s "
                         f"({len(self._at_env)} envs stepping, {len(posted)} at the actors)"
                     )
-                if set(ready) == {self._wake_r}:
+                if not env_ready:
                     continue
             if not self._at_env:
                 continue
@@ -861,14 +877,7 @@ def _envs_in_flight(envs: PipelinedVectorEnv) -> bool:
     return bool(state.in_flight or state.ready)
 
 
-def _worker_fds(envs: PipelinedVectorEnv) -> list[int]:
-    """Descriptors that become readable when a worker with commands in flight answers or dies."""
-    fds: list[int] = []
-    for w, outstanding in envs._decoupled.outstanding.items():
-        if outstanding:
-            fds.append(w.conn.fileno())
-            fds.append(w.process.sentinel)
-    return fds
+_RAY_POLL_SECONDS = 0.002
 
 
 def _trajectory(

@@ -153,6 +153,26 @@ def test_decoupled_send_recv_matches_multiprocessing(ray_local, make_pipelined):
         assert n > 0 and traces[0][g][:n] == traces[1][g][:n], g
 
 
+def test_inference_channel_with_ray_workers_matches_multiprocessing(ray_local, make_pipelined):
+    from pipelined_vec_env.channel import InferenceChannel
+
+    def policy(obs: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
+        return (env_ids + obs[:, 1].astype(np.int64)) % 3
+
+    rollouts = []
+    for envs in (
+        make_pipelined(counting_fns(kind="box"), num_stages=2, backend="ray", ray_options=SMALL),
+        make_pipelined(counting_fns(kind="box"), num_stages=2),
+    ):
+        with InferenceChannel(envs, [policy, policy], max_wait=0.001) as channel:
+            channel.reset(seed=3)
+            rollouts.append(channel.run(6, timeout=60))
+    for ray_traj, mp_traj in zip(rollouts[0].trajectories, rollouts[1].trajectories, strict=True):
+        np.testing.assert_array_equal(ray_traj.obs, mp_traj.obs)
+        np.testing.assert_array_equal(ray_traj.actions, mp_traj.actions)
+        np.testing.assert_array_equal(ray_traj.rewards, mp_traj.rewards)
+
+
 def test_decoupled_dead_actor_is_reported_and_other_envs_go_on(ray_local, make_pipelined):
     envs = make_pipelined(
         [partial(FaultyEnv) for _ in range(2)], num_stages=2, backend="ray", ray_options=SMALL
