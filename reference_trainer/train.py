@@ -70,7 +70,7 @@ def _run_dir(config: TrainConfig, resume_from: Path | None) -> Path:
         # checkpoints live in <run>/checkpoints/; keep writing into the same run
         return resume_from.parent.parent
     name = config.run_name or f"{config.env_id.replace('/', '_')}__s{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    path = Path(config.run_dir) / name
+    path = (Path(config.run_dir) / name).absolute()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
