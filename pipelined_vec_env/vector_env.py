@@ -59,6 +59,21 @@ def _first(space: Space, batch: Any) -> Any:
     return next(iter(iterate(batch_space(space, 1), batch)))
 
 
+def _preload_worker_module(ctx: Any) -> None:
+    """Have the fork server import our worker module (numpy, gymnasium ...) once, so each
+    worker forked from it starts in about 0.1 s instead of re-importing them (~1 s).
+
+    Only takes effect if the fork server has not started yet; user preloads are kept.
+    """
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    preload = list(getattr(forkserver._forkserver, "_preload_modules", []))
+    if "pipelined_vec_env.worker" not in preload:
+        ctx.set_forkserver_preload([*preload, "pipelined_vec_env.worker"])
+
+
 def _default_context() -> str:
     return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
@@ -272,6 +287,7 @@ class PipelinedVectorEnv(VectorEnv):
         else:
             ctx = mp.get_context(context or _default_context()) if not hasattr(context, "Process") else context
             self.context = ctx
+            _preload_worker_module(ctx)
 
             def make_handle(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
                 return WorkerHandle(
