@@ -199,3 +199,27 @@ def test_workers_die_with_their_parent(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_gymnasium_vector_wrappers_work_on_whole_env_calls(make_pipelined):
+    from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
+
+    def wrap(envs):
+        return RecordEpisodeStatistics(NormalizeObservation(envs))
+
+    fns = [partial(CountingEnv, i, 2 + i) for i in range(4)]
+    ours = wrap(make_pipelined(fns, num_stages=2, envs_per_worker=2))
+    ref = wrap(gym.vector.SyncVectorEnv(fns))
+    o1, _ = ours.reset(seed=0)
+    o2, _ = ref.reset(seed=0)
+    np.testing.assert_allclose(o1, o2)
+    for t in range(10):
+        a = np.full(4, t % 3)
+        got, want = ours.step(a), ref.step(a)
+        np.testing.assert_allclose(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        if "episode" in want[4]:
+            np.testing.assert_array_equal(got[4]["episode"]["r"], want[4]["episode"]["r"])
+    assert list(ours.return_queue) == list(ref.return_queue) and len(ref.return_queue) > 0
+    assert ours.unwrapped.stage_slices == (slice(0, 2), slice(2, 4))  # stage calls: .unwrapped
+    ref.close()
