@@ -11,8 +11,24 @@ It is correct under gymnasium 1.x's default NEXT_STEP autoreset:
 - a truncated episode bootstraps from the value of its final observation, which NEXT_STEP
   returns as the next observation.
 
+With ``--num-stages`` above 1 the envs are split into stages and the rollout loop overlaps
+them: while one stage's simulators step in their worker processes, the policy infers
+actions for another stage::
+
+    for step ...:
+        for stage s:
+            results of s <- envs.step_wait(stage=s)      # the other stages keep stepping
+            actions of s <- policy(observations of s)     # inference overlaps their steps
+            envs.step_async(actions of s, stage=s)
+
+Per-stage calls bypass gymnasium's vector wrappers, so episode statistics come from
+``RecordEpisodeStatistics`` inside each env (``infos["episode"]`` of each stage's step),
+mapped to global env indices with ``envs.stage_slices``. With one stage (the default) the
+rollout is the plain ``envs.step`` loop.
+
 Run:
     python examples/cleanrl_ppo_continuous_action.py --env-id HalfCheetah-v5
+    python examples/cleanrl_ppo_continuous_action.py --env-id HalfCheetah-v5 --num-stages 2
     python examples/cleanrl_ppo_continuous_action.py --env-id Pendulum-v1 --total-timesteps 2048
 """
 
@@ -63,6 +79,8 @@ class Args:
     """number of parallel envs"""
     num_steps: int = 512
     """steps per env per rollout"""
+    num_stages: int = 1
+    """pipeline stages the envs are split into (1: the plain `envs.step` rollout, no overlap)"""
     anneal_lr: bool = True
     """decay the learning rate linearly to zero"""
     gamma: float = 0.99
@@ -165,9 +183,11 @@ def main(args: Args) -> dict:
     torch.set_num_threads(args.torch_threads)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    envs = PipelinedVectorEnv(  # <- the one line (was: gym.vector.SyncVectorEnv(...))
-        [make_env(args.env_id, args.gamma, args.max_episode_steps) for _ in range(args.num_envs)]
-    )
+    env_fns = [
+        make_env(args.env_id, args.gamma, args.max_episode_steps) for _ in range(args.num_envs)
+    ]
+    # with SyncVectorEnv this line reads: envs = gym.vector.SyncVectorEnv(env_fns)
+    envs = PipelinedVectorEnv(env_fns, num_stages=args.num_stages)  # <- the one line
     assert isinstance(envs.single_action_space, gym.spaces.Box), "continuous actions only"
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     act_dim = int(np.prod(envs.single_action_space.shape))
@@ -189,7 +209,7 @@ def main(args: Args) -> dict:
     global_step = 0
     start_time = time.time()
     next_obs_np, _ = envs.reset(seed=args.seed)
-    next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
+    next_obs = torch.tensor(next_obs_np, dtype=torch.float32, device=device)  # a copy: set in place
     resetting = np.zeros(args.num_envs, dtype=bool)  # envs whose next step only resets them
 
     for iteration in range(1, num_iterations + 1):
@@ -199,34 +219,54 @@ def main(args: Args) -> dict:
             )
 
         # ---- rollout ---------------------------------------------------------------
-        for step in range(args.num_steps):
-            global_step += args.num_envs
-            obs[step] = next_obs
-            valid[step] = torch.as_tensor(~resetting, device=device)
+        def infer(step: int, envs_of_s: slice) -> np.ndarray:
+            """Store the observations of envs ``envs_of_s`` at ``step``; choose their actions."""
+            obs[step, envs_of_s] = next_obs[envs_of_s]
+            valid[step, envs_of_s] = torch.as_tensor(~resetting[envs_of_s], device=device)
             with torch.no_grad():
-                action, logprob, value = agent.act(next_obs)
-            actions[step], logprobs[step], values[step] = action, logprob, value
+                action, logprob, value = agent.act(next_obs[envs_of_s])
+            actions[step, envs_of_s], logprobs[step, envs_of_s] = action, logprob
+            values[step, envs_of_s] = value
+            return action.cpu().numpy()
 
-            next_obs_np, reward, term, trunc, infos = envs.step(action.cpu().numpy())
-            next_obs = torch.as_tensor(next_obs_np, dtype=torch.float32, device=device)
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            terminated[step] = torch.as_tensor(term, dtype=torch.float32, device=device)
-            ended[step] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
-            resetting = term | trunc
+        def record(step: int, envs_of_s: slice, obs_s, reward, term, trunc, infos) -> None:
+            """Store the step results of envs ``envs_of_s``; log the episodes that ended."""
+            nonlocal global_step
+            global_step += envs_of_s.stop - envs_of_s.start
+            next_obs[envs_of_s] = torch.as_tensor(obs_s, dtype=torch.float32, device=device)
+            rewards[step, envs_of_s] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            terminated[step, envs_of_s] = torch.as_tensor(term, dtype=torch.float32, device=device)
+            ended[step, envs_of_s] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
+            resetting[envs_of_s] = term | trunc
 
             if "episode" in infos:
-                for i in np.flatnonzero(infos["_episode"]):
+                for local in np.flatnonzero(infos["_episode"]):
+                    i = envs_of_s.start + int(local)
                     episode = {
                         "global_step": global_step,
-                        "env": int(i),
-                        "return": float(infos["episode"]["r"][i]),
-                        "length": int(infos["episode"]["l"][i]),
+                        "env": i,
+                        "return": float(infos["episode"]["r"][local]),
+                        "length": int(infos["episode"]["l"][local]),
                     }
                     episodes.append(episode)
                     print(f"global_step={global_step}, env={i}, episodic_return={episode['return']:.2f}")
                     if writer is not None:
                         writer.add_scalar("charts/episodic_return", episode["return"], global_step)
                         writer.add_scalar("charts/episodic_length", episode["length"], global_step)
+
+        if args.num_stages == 1:
+            all_envs = slice(0, args.num_envs)
+            for step in range(args.num_steps):
+                action = infer(step, all_envs)
+                record(step, all_envs, *envs.step(action))
+        else:  # staged: while one stage's simulators step, the policy infers another's actions
+            for s, envs_of_s in enumerate(envs.stage_slices):  # prime: every stage in flight
+                envs.step_async(infer(0, envs_of_s), stage=s)
+            for step in range(args.num_steps):
+                for s, envs_of_s in enumerate(envs.stage_slices):
+                    record(step, envs_of_s, *envs.step_wait(stage=s))  # stage s only
+                    if step + 1 < args.num_steps:
+                        envs.step_async(infer(step + 1, envs_of_s), stage=s)
 
         # ---- advantages (GAE) ------------------------------------------------------
         with torch.no_grad():
