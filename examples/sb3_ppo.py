@@ -5,7 +5,7 @@ one that builds the vector env. SB3's vec-env wrappers (``VecMonitor``, ``VecNor
 ``VecFrameStack``) go on top as usual.
 
 Run:
-    python examples/sb3_ppo.py                                   # CartPole-v1, ~10k steps
+    python examples/sb3_ppo.py                                   # CartPole-v1, 20k steps
     python examples/sb3_ppo.py --env-id HalfCheetah-v5 --total-timesteps 1000000 --normalize
 """
 

@@ -19,6 +19,11 @@ from typing import Any, Protocol
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+if not os.environ.get("DISPLAY"):
+    # headless: MuJoCo's default GLFW backend needs a display; EGL renders offscreen
+    # (evaluation videos). Set before any env imports mujoco, so workers inherit it.
+    os.environ.setdefault("MUJOCO_GL", "egl")
+
 __all__ = ["EnvFactory", "GymEnvFactory", "NicedEnvFn", "make_vector_env", "num_env_workers"]
 
 
