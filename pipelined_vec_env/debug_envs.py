@@ -5,6 +5,8 @@
   with ``SyncVectorEnv`` is easy to read off.
 - :class:`FaultyEnv`: an env that raises, exits, is killed or sleeps when told to by its
   action, to exercise error handling.
+- :class:`EchoEnv`: an env that echoes its id, its step count and the last action it
+  executed, after a random sleep, to prove routing under varying latencies.
 - :class:`BusyEnv`: a CPU-bound env whose step burns a fixed CPU time (calibrated to a
   simulator's step time, e.g. LIBERO's ~10 ms), for pipelining benchmarks.
 """
@@ -20,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["BusyEnv", "CountingEnv", "FaultyEnv", "OddConstructorError", "UnpicklableError"]
+__all__ = ["BusyEnv", "CountingEnv", "EchoEnv", "FaultyEnv", "OddConstructorError", "UnpicklableError"]
 
 
 def _counting_space(kind: str) -> spaces.Space:
@@ -177,6 +179,35 @@ class FaultyEnv(gym.Env):
             raise UnpicklableError("holds a lambda")
         self.count += 1
         return np.array([self.count], dtype=np.float32), 1.0, False, False, {}
+
+
+class EchoEnv(gym.Env):
+    """Observation int64 ``(3,)``: (own id, steps taken, last action executed, -1 after a
+    reset); each step first sleeps a random time in ``[0, max_sleep)`` seconds.
+
+    Args:
+        env_id: The id shown in observations.
+        max_sleep: Upper bound of the per-step sleep, in seconds.
+        latency_seed: Seed of the sleep times (default ``env_id``).
+    """
+
+    def __init__(self, env_id: int, max_sleep: float = 0.004, latency_seed: int | None = None) -> None:
+        self.env_id = env_id
+        self.max_sleep = max_sleep
+        self.observation_space = spaces.Box(-1, 1e12, shape=(3,), dtype=np.int64)
+        self.action_space = spaces.Box(0, 1e12, shape=(), dtype=np.int64)
+        self.steps = 0
+        self.rng = np.random.default_rng(env_id if latency_seed is None else latency_seed)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.array([self.env_id, 0, -1]), {}
+
+    def step(self, action: Any):
+        time.sleep(self.rng.uniform(0, self.max_sleep))
+        self.steps += 1
+        return np.array([self.env_id, self.steps, int(action)]), 0.0, False, False, {}
 
 
 class BusyEnv(gym.Env):

@@ -12,12 +12,12 @@ RLinf's pipelined rollout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from .errors import StageFailedError, WaitTimeoutError, WorkerCrashedError
+from .errors import StageFailedError, WaitTimeoutError
 from .worker_handle import (
     CRASHED,
     WorkerHandle,
@@ -70,7 +70,6 @@ class Stage:
     whole: bool = False
     failure: str | None = None
     context: Any = None
-    _answers: list[tuple[str, Any]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
@@ -195,8 +194,3 @@ def check_startable(stages: list[Stage], op: str, whole: bool) -> None:
     """Run :meth:`Stage.begin` on each stage (all checks before any worker is touched)."""
     for stage in stages:
         stage.begin(op, whole)
-
-
-def crashed_error(worker: WorkerHandle) -> WorkerCrashedError:
-    """The error for a worker already known dead."""
-    return WorkerCrashedError(worker.index, worker.env_indices, worker.process.exitcode)

@@ -12,38 +12,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces
 
 from pipelined_vec_env import WaitTimeoutError
 from pipelined_vec_env.channel import InferenceChannel, Transition
-from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
+from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
 from tests.conftest import assert_tree_equal
 
 pytestmark = pytest.mark.timeout(120)
 
 TOKEN = 100_000  # actions encode (env id, step): env_id * TOKEN + step
-
-
-class EchoEnv(gym.Env):
-    """Observation: (own id, steps taken, last action); each step sleeps a random time."""
-
-    def __init__(self, env_id: int, max_sleep: float = 0.004) -> None:
-        self.env_id = env_id
-        self.max_sleep = max_sleep
-        self.observation_space = spaces.Box(-1, 1e12, shape=(3,), dtype=np.int64)
-        self.action_space = spaces.Box(0, 1e12, shape=(), dtype=np.int64)
-        self.steps = 0
-        self.rng = np.random.default_rng(1000 + env_id)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self.steps = 0
-        return np.array([self.env_id, 0, -1]), {}
-
-    def step(self, action: Any):
-        time.sleep(self.rng.uniform(0, self.max_sleep))
-        self.steps += 1
-        return np.array([self.env_id, self.steps, int(action)]), 0.0, False, False, {}
 
 
 class FixedDelay(gym.Wrapper):
@@ -75,7 +52,7 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
     # 8 env workers : 3 actors
     n = 8 * envs_per_worker
     envs = make_pipelined(
-        [partial(EchoEnv, i) for i in range(n)], num_stages=num_stages, envs_per_worker=envs_per_worker
+        [partial(EchoEnv, i, latency_seed=1000 + i) for i in range(n)], num_stages=num_stages, envs_per_worker=envs_per_worker
     )
     seen: list[list[tuple[int, ...]]] = [[] for _ in range(3)]
     steps = 12
@@ -167,7 +144,7 @@ def test_actor_exception_is_raised_in_the_driving_thread(make_pipelined):
             raise PolicyFailed("env 3 at step 2")
         return env_ids * TOKEN + obs[:, 1]
 
-    envs = make_pipelined([partial(EchoEnv, i) for i in range(4)], num_stages=2)
+    envs = make_pipelined([partial(EchoEnv, i, latency_seed=1000 + i) for i in range(4)], num_stages=2)
     with InferenceChannel(envs, [policy] * 3) as channel:
         channel.reset(seed=0)
         with pytest.raises(PolicyFailed, match="env 3 at step 2") as info:

@@ -5,40 +5,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from functools import partial
-from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces
 from gymnasium.error import NoAsyncCallError
 
 from pipelined_vec_env import WaitTimeoutError, WorkerCrashedError
-from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
+from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class EchoEnv(gym.Env):
-    """Observation: (own id, steps taken, last action); each step sleeps a random time."""
-
-    def __init__(self, env_id: int, max_sleep: float = 0.004) -> None:
-        self.env_id = env_id
-        self.max_sleep = max_sleep
-        self.observation_space = spaces.Box(-1, 1e9, shape=(3,), dtype=np.int64)
-        self.action_space = spaces.Box(0, 1e9, shape=(), dtype=np.int64)
-        self.steps = 0
-        self.rng = np.random.default_rng(env_id)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self.steps = 0
-        return np.array([self.env_id, 0, -1]), {}
-
-    def step(self, action: Any):
-        time.sleep(self.rng.uniform(0, self.max_sleep))
-        self.steps += 1
-        return np.array([self.env_id, self.steps, int(action)]), 0.0, False, False, {}
 
 
 @pytest.mark.parametrize("num_stages,envs_per_worker", [(1, 1), (2, 2), (3, 3)])
