@@ -1,4 +1,5 @@
-"""Per-space helpers for batches: slicing a batch to a stage, converting and checking actions.
+"""Per-space helpers for batches: slicing, joining and stacking batches; converting and
+checking actions.
 
 Batches follow gymnasium's layout (:func:`gymnasium.vector.utils.batch_space`): a Box,
 Discrete, MultiDiscrete or MultiBinary batch is one array whose first axis is the env; a
@@ -8,13 +9,21 @@ Graph, Sequence, OneOf) batch as a tuple with one item per env.
 
 from __future__ import annotations
 
+import itertools
 from functools import singledispatch
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["batch_slice", "check_actions", "to_numpy"]
+__all__ = [
+    "batch_slice",
+    "check_actions",
+    "concat_batches",
+    "stack_batches",
+    "swap_leading_axes",
+    "to_numpy",
+]
 
 
 @singledispatch
@@ -43,6 +52,95 @@ def _(space: spaces.Dict, batch: dict[str, Any], index: slice | np.ndarray) -> d
 @batch_slice.register(spaces.Tuple)
 def _(space: spaces.Tuple, batch: tuple[Any, ...], index: slice | np.ndarray) -> tuple[Any, ...]:
     return tuple(batch_slice(sub, part, index) for sub, part in zip(space.spaces, batch, strict=False))
+
+
+@singledispatch
+def concat_batches(space: spaces.Space, batches: list[Any]) -> Any:
+    """Join batches of ``space`` along the env axis.
+
+    Args:
+        space: The single-env space.
+        batches: Batches of ``n_1, n_2, ...`` items in gymnasium's batched layout.
+
+    Returns:
+        One batch of ``sum(n_i)`` items in the same layout, in order.
+    """
+    return tuple(itertools.chain.from_iterable(batches))
+
+
+@singledispatch
+def stack_batches(space: spaces.Space, batches: list[Any]) -> Any:
+    """Stack equally long batches of ``space`` on a new leading axis.
+
+    Args:
+        space: The single-env space.
+        batches: ``m`` batches of ``n`` items each.
+
+    Returns:
+        Arrays of shape ``(m, n, ...)`` (nested like the space); for item batches, a
+        tuple of the ``m`` batches.
+    """
+    return tuple(batches)
+
+
+@singledispatch
+def swap_leading_axes(space: spaces.Space, stacked: Any) -> Any:
+    """Swap the two leading axes of a :func:`stack_batches` result: ``[a][b]`` -> ``[b][a]``."""
+    return tuple(zip(*stacked, strict=True))
+
+
+@concat_batches.register(spaces.Box)
+@concat_batches.register(spaces.Discrete)
+@concat_batches.register(spaces.MultiDiscrete)
+@concat_batches.register(spaces.MultiBinary)
+def _(space: spaces.Space, batches: list[Any]) -> np.ndarray:
+    return np.concatenate(batches, axis=0)
+
+
+@stack_batches.register(spaces.Box)
+@stack_batches.register(spaces.Discrete)
+@stack_batches.register(spaces.MultiDiscrete)
+@stack_batches.register(spaces.MultiBinary)
+def _(space: spaces.Space, batches: list[Any]) -> np.ndarray:
+    return np.stack(batches, axis=0)
+
+
+@swap_leading_axes.register(spaces.Box)
+@swap_leading_axes.register(spaces.Discrete)
+@swap_leading_axes.register(spaces.MultiDiscrete)
+@swap_leading_axes.register(spaces.MultiBinary)
+def _(space: spaces.Space, stacked: np.ndarray) -> np.ndarray:
+    return np.swapaxes(stacked, 0, 1)
+
+
+@concat_batches.register(spaces.Dict)
+def _(space: spaces.Dict, batches: list[Any]) -> dict[str, Any]:
+    return {k: concat_batches(sub, [b[k] for b in batches]) for k, sub in space.spaces.items()}
+
+
+@concat_batches.register(spaces.Tuple)
+def _(space: spaces.Tuple, batches: list[Any]) -> tuple[Any, ...]:
+    return tuple(concat_batches(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces))
+
+
+@stack_batches.register(spaces.Dict)
+def _(space: spaces.Dict, batches: list[Any]) -> dict[str, Any]:
+    return {k: stack_batches(sub, [b[k] for b in batches]) for k, sub in space.spaces.items()}
+
+
+@stack_batches.register(spaces.Tuple)
+def _(space: spaces.Tuple, batches: list[Any]) -> tuple[Any, ...]:
+    return tuple(stack_batches(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces))
+
+
+@swap_leading_axes.register(spaces.Dict)
+def _(space: spaces.Dict, stacked: dict[str, Any]) -> dict[str, Any]:
+    return {k: swap_leading_axes(sub, stacked[k]) for k, sub in space.spaces.items()}
+
+
+@swap_leading_axes.register(spaces.Tuple)
+def _(space: spaces.Tuple, stacked: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(swap_leading_axes(sub, stacked[i]) for i, sub in enumerate(space.spaces))
 
 
 def to_numpy(actions: Any) -> Any:

@@ -25,7 +25,6 @@ with the driver and with the other actors.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import os
@@ -34,13 +33,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import singledispatch
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
-from .batching import batch_slice, to_numpy
+from .batching import batch_slice, concat_batches, stack_batches, swap_leading_axes, to_numpy
 from .errors import WaitTimeoutError
 from .worker_handle import deadline_after, poll_fds, remaining, uses_ray, wait_readable
 
@@ -215,89 +213,14 @@ class DecoupledRollout:
         trajs = self.trajectories
         keys = trajs[0].extras.keys()
         return {
-            "obs": _swap01(observation_space, _stack(observation_space, [t.obs for t in trajs])),
-            "actions": _swap01(action_space, _stack(action_space, [t.actions for t in trajs])),
+            "obs": swap_leading_axes(observation_space, stack_batches(observation_space, [t.obs for t in trajs])),
+            "actions": swap_leading_axes(action_space, stack_batches(action_space, [t.actions for t in trajs])),
             "rewards": np.stack([t.rewards for t in trajs], axis=1),
             "terminations": np.stack([t.terminations for t in trajs], axis=1),
             "truncations": np.stack([t.truncations for t in trajs], axis=1),
             "extras": {k: np.stack([t.extras[k] for t in trajs], axis=1) for k in keys},
             "final_obs": self.final_obs,
         }
-
-
-# ---------------------------------------------------------------------- batches
-
-
-@singledispatch
-def _concat(space: spaces.Space, batches: list[Any]) -> Any:
-    """Join batches of ``space`` along the env axis (non-array batches are tuples)."""
-    return tuple(itertools.chain.from_iterable(batches))
-
-
-@_concat.register(spaces.Box)
-@_concat.register(spaces.Discrete)
-@_concat.register(spaces.MultiDiscrete)
-@_concat.register(spaces.MultiBinary)
-def _(space: spaces.Space, batches: list[Any]) -> Any:
-    return np.concatenate(batches, axis=0)
-
-
-@_concat.register(spaces.Dict)
-def _(space: spaces.Dict, batches: list[Any]) -> Any:
-    return {k: _concat(sub, [b[k] for b in batches]) for k, sub in space.spaces.items()}
-
-
-@_concat.register(spaces.Tuple)
-def _(space: spaces.Tuple, batches: list[Any]) -> Any:
-    return tuple(_concat(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces))
-
-
-@singledispatch
-def _stack(space: spaces.Space, batches: list[Any]) -> Any:
-    """Stack equally long batches of ``space`` on a new leading axis."""
-    return tuple(batches)
-
-
-@_stack.register(spaces.Box)
-@_stack.register(spaces.Discrete)
-@_stack.register(spaces.MultiDiscrete)
-@_stack.register(spaces.MultiBinary)
-def _(space: spaces.Space, batches: list[Any]) -> Any:
-    return np.stack(batches, axis=0)
-
-
-@_stack.register(spaces.Dict)
-def _(space: spaces.Dict, batches: list[Any]) -> Any:
-    return {k: _stack(sub, [b[k] for b in batches]) for k, sub in space.spaces.items()}
-
-
-@_stack.register(spaces.Tuple)
-def _(space: spaces.Tuple, batches: list[Any]) -> Any:
-    return tuple(_stack(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces))
-
-
-@singledispatch
-def _swap01(space: spaces.Space, stacked: Any) -> Any:
-    """Turn an ``[env][t]`` stack into ``[t][env]``."""
-    return tuple(zip(*stacked, strict=True))
-
-
-@_swap01.register(spaces.Box)
-@_swap01.register(spaces.Discrete)
-@_swap01.register(spaces.MultiDiscrete)
-@_swap01.register(spaces.MultiBinary)
-def _(space: spaces.Space, stacked: Any) -> Any:
-    return np.swapaxes(stacked, 0, 1)
-
-
-@_swap01.register(spaces.Dict)
-def _(space: spaces.Dict, stacked: Any) -> Any:
-    return {k: _swap01(sub, stacked[k]) for k, sub in space.spaces.items()}
-
-
-@_swap01.register(spaces.Tuple)
-def _(space: spaces.Tuple, stacked: Any) -> Any:
-    return tuple(_swap01(sub, stacked[i]) for i, sub in enumerate(space.spaces))
 
 
 def _info_row(infos: Mapping[str, Any], k: int) -> dict[str, Any]:
@@ -339,6 +262,40 @@ _STOP = object()
 
 
 # ---------------------------------------------------------------------- channel
+
+
+def take_requests(requests: queue.Queue[Any], limit: int, max_wait: float) -> tuple[list[Any], bool]:
+    """What one actor takes for one policy call: Sample Factory's dynamic batching.
+
+    Blocks until the first item arrives, then takes up to ``limit`` items in all, waiting
+    at most ``max_wait`` seconds after the first for more (0: only what is queued).
+
+    Args:
+        requests: The channel's request queue (a :class:`queue.Queue`; see the note in
+            :class:`InferenceChannel` on why not ``SimpleQueue``).
+        limit: Most items to take (>= 1).
+        max_wait: Seconds to wait for more after the first.
+
+    Returns:
+        ``(taken, stop)``: the requests taken (possibly none) and whether the stop
+        sentinel was met (the actor then exits after serving ``taken``).
+    """
+    first = requests.get()
+    if first is _STOP:
+        return [], True
+    taken = [first]
+    deadline = time.monotonic() + max_wait
+    while len(taken) < limit:
+        left = deadline - time.monotonic()
+        try:
+            item = requests.get(timeout=left) if left > 0 else requests.get_nowait()
+        except queue.Empty:
+            break
+        if item is _STOP:
+            return taken, True
+        taken.append(item)
+    return taken, False
+
 
 
 class InferenceChannel:
@@ -422,8 +379,12 @@ class InferenceChannel:
         self._worker_of = np.empty(envs.num_envs, dtype=np.int64)
         for k, w in enumerate(workers):
             self._worker_of[list(w.env_indices)] = k
-        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._replies: queue.SimpleQueue[_Reply] = queue.SimpleQueue()
+        # queue.Queue, not SimpleQueue: on CPython <= 3.13 a SimpleQueue.get(timeout=...) whose
+        # deadline passes while it holds the queue's lock waits forever (a negative timeout
+        # reaches the lock as "no limit"), so an actor with a small max_wait could sit on
+        # its requests until the next post, which never comes.
+        self._requests: queue.Queue[Any] = queue.Queue()
+        self._replies: queue.SimpleQueue[_Reply] = queue.SimpleQueue()  # only get_nowait
         self._stats = [ActorStats() for _ in policies]
         self._epoch = 0
         self._held: dict[int, Any] = {}  # env id -> latest obs (batch of one), not yet posted
@@ -447,23 +408,9 @@ class InferenceChannel:
     def _actor_loop(self, index: int) -> None:
         policy = self._policies[index]
         while True:
-            first = self._requests.get()
-            if first is _STOP:
-                return
-            taken: list[_Request] = [first]
-            stop = False
-            deadline = time.monotonic() + self.max_wait
-            while len(taken) < self.rollout_queue_size:
-                left = deadline - time.monotonic()
-                try:
-                    item = self._requests.get(timeout=left) if left > 0 else self._requests.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                taken.append(item)
-            self._serve(index, policy, taken)
+            taken, stop = take_requests(self._requests, self.rollout_queue_size, self.max_wait)
+            if taken:
+                self._serve(index, policy, taken)
             if stop:
                 return
 
@@ -473,7 +420,7 @@ class InferenceChannel:
         reply = _Reply(taken[0].epoch, index, env_ids, None, {}, [r.posted_at for r in taken])
         try:
             space = self.envs.single_observation_space
-            obs = taken[0].obs if len(taken) == 1 else _concat(space, [r.obs for r in taken])
+            obs = taken[0].obs if len(taken) == 1 else concat_batches(space, [r.obs for r in taken])
             out = policy(obs, env_ids)
             if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
                 actions, extras = out
@@ -516,6 +463,13 @@ class InferenceChannel:
             woken = bool(poll_fds([self._wake_r], 0))
             if env_ready or woken or left == 0:
                 return env_ready, woken
+
+    def _diagnosis(self) -> str:
+        alive = sum(t.is_alive() for t in self._threads)
+        return (
+            f"actors alive {alive}/{self.num_actors}, requests queued {self._requests.qsize()}, "
+            f"replies queued {self._replies.qsize()}"
+        )
 
     def _wake(self) -> None:
         # under the lock, so a byte never goes to a descriptor number close() released
@@ -674,7 +628,7 @@ class InferenceChannel:
             for positions in groups.values():
                 ids = np.array([env_ids[p] for p in positions], dtype=np.int64)
                 rows = [obs_rows[p] for p in positions]
-                batch = rows[0] if len(rows) == 1 else _concat(obs_space, rows)
+                batch = rows[0] if len(rows) == 1 else concat_batches(obs_space, rows)
                 if keep:
                     for g, row in zip(ids.tolist(), rows, strict=True):
                         posted_obs[g] = row
@@ -694,7 +648,8 @@ class InferenceChannel:
                 if not env_ready and not woken:
                     raise WaitTimeoutError(
                         f"run: no env result or actor reply within {timeout} s "
-                        f"({len(self._at_env)} envs stepping, {len(posted)} at the actors)"
+                        f"({len(self._at_env)} envs stepping, {len(posted)} at the actors; "
+                        f"{self._diagnosis()})"
                     )
                 if not env_ready:
                     continue
@@ -752,7 +707,7 @@ class InferenceChannel:
             ]
         return DecoupledRollout(
             steps=steps,
-            final_obs=_concat(obs_space, final),
+            final_obs=concat_batches(obs_space, final),
             trajectories=trajectories,
             actor_stats=self._stats,
             turnaround=turnaround,
@@ -890,8 +845,8 @@ def _trajectory(
         extras = {k: np.concatenate([e[k] for e in col["extras"]], axis=0) for k in keys}
     return EnvTrajectory(
         env_id=env_id,
-        obs=_concat(obs_space, col["obs"]) if length else None,
-        actions=_concat(act_space, col["actions"]) if length else None,
+        obs=concat_batches(obs_space, col["obs"]) if length else None,
+        actions=concat_batches(act_space, col["actions"]) if length else None,
         extras=extras,
         rewards=np.asarray(col["rewards"], dtype=np.float64),
         terminations=np.asarray(col["terms"], dtype=np.bool_),

@@ -34,7 +34,7 @@ from reference_trainer.agent import RolloutPolicy, obs_to_tensor
 from reference_trainer.envs import EnvFactory
 from reference_trainer.evaluation import EvalResult
 from reference_trainer.metrics import EpisodeRecord, RolloutTimings
-from reference_trainer.rollout import Rollout
+from reference_trainer.rollout import Rollout, stack_obs
 
 __all__ = ["DecoupledRolloutCollector"]
 
@@ -227,7 +227,7 @@ class DecoupledRolloutCollector:
                     boot_obs.append(info["final_obs"])
                 timings.env_steps += self._track(g, t, float(traj.rewards[t]), terminated, truncated, info, episodes)
         if boot_obs:
-            values = self.policy.get_value(obs_to_tensor(_stack_obs(boot_obs), dev)).float()
+            values = self.policy.get_value(obs_to_tensor(stack_obs(boot_obs), dev)).float()
             index = torch.as_tensor(boot_at, device=dev)
             final_values[index[:, 0], index[:, 1]] = values
         next_value = self.policy.get_value(obs_to_tensor(result.final_obs, dev)).float()
@@ -351,10 +351,3 @@ class DecoupledRolloutCollector:
         if then_reset_seed is not None:
             self.reset(then_reset_seed)
         return result
-
-
-def _stack_obs(items: list[Any]) -> Any:
-    """Stack per-env observations (``info["final_obs"]`` entries) into one batch."""
-    if isinstance(items[0], dict):
-        return {key: np.stack([item[key] for item in items]) for key in items[0]}
-    return np.stack(items)

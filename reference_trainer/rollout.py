@@ -97,8 +97,9 @@ def _obs_copy(obs: NumpyObs) -> NumpyObs:
     return np.array(obs, copy=True)
 
 
-def _stack_obs(items: list[Any]) -> NumpyObs:
-    """Stack per-env observations (``info["final_obs"]`` entries) into one batch."""
+def stack_obs(items: list[Any]) -> NumpyObs:
+    """Stack per-env observations (``info["final_obs"]`` entries, arrays or dicts of
+    arrays of equal shapes) into one batch with a leading env axis."""
     if isinstance(items[0], Mapping):
         return {key: np.stack([item[key] for item in items]) for key in items[0]}
     return np.stack(items)
@@ -445,7 +446,7 @@ class RolloutCollector:
             )
         local = np.flatnonzero(bootstrap)
         t0 = time.perf_counter()
-        final_obs = _stack_obs([info["final_obs"][i] for i in local])
+        final_obs = stack_obs([info["final_obs"][i] for i in local])
         values = self.policy.get_value(obs_to_tensor(final_obs, self.device)).float()
         start = index.start or 0
         self._final_values[t, torch.as_tensor(start + local, device=self.device)] = values

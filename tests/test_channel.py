@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import queue
 import threading
 import time
 from collections import Counter
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from pipelined_vec_env import WaitTimeoutError
-from pipelined_vec_env.channel import InferenceChannel, Transition
+from pipelined_vec_env.channel import InferenceChannel, Transition, take_requests
 from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
 from tests.conftest import assert_tree_equal
 
@@ -45,6 +46,27 @@ def echo_policy(seen: list[tuple[int, ...]]):
         return env_ids * TOKEN + obs[:, 1]
 
     return policy
+
+
+def test_taking_requests_with_a_tiny_max_wait_never_blocks_past_it():
+    # Regression: with queue.SimpleQueue, get(timeout=...) whose deadline passed while it held
+    # the queue's lock waited forever (CPython <= 3.13), so an actor sat on the requests it
+    # had taken until the next post: the channel's rare hang with max_wait=0.001.
+    requests: queue.Queue = queue.Queue()
+    served: list[int] = []
+
+    def actor() -> None:
+        for i in range(20_000):
+            requests.put(i)
+            taken, stop = take_requests(requests, limit=2, max_wait=2e-6)
+            assert not stop
+            served.extend(taken)
+
+    thread = threading.Thread(target=actor, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "an actor blocked past max_wait with an empty queue"
+    assert served == list(range(20_000))
 
 
 @pytest.mark.parametrize("num_stages,envs_per_worker", [(1, 1), (2, 2)])
