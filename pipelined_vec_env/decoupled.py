@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.error import NoAsyncCallError
-from gymnasium.vector.utils import concatenate, create_empty_array
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array, write_to_shared_memory
 
 from .batching import batch_slice, check_actions, to_numpy
 from .errors import WaitTimeoutError, WorkerCrashedError
@@ -43,6 +44,10 @@ class DecoupledState:
         received: Ids returned by ``recv`` and not yet sent actions.
         ready: Results that arrived but were not returned by ``recv`` yet:
             ``(env_id, obs_item or None, reward, terminated, truncated, infos)``.
+        restarted: Envs whose worker was rebuilt while they were not in flight (their
+            result was received or ready): env id -> ``(fresh obs item, infos)``. Their
+            next ``send`` does not reach the worker; it yields the truncated result that
+            ends the episode the old process lost.
     """
 
     def __init__(self, env: PipelinedVectorEnv) -> None:
@@ -51,6 +56,7 @@ class DecoupledState:
         self.in_flight: set[int] = set()
         self.received: set[int] = set()
         self.ready: deque[tuple[int, Any, float, bool, bool, list[dict]]] = deque()
+        self.restarted: dict[int, tuple[Any, list[dict]]] = {}
         self.outstanding: dict[WorkerHandle, deque[list[int]]] = {
             w: deque() for w in env._handles
         }
@@ -84,6 +90,8 @@ class DecoupledState:
             )
         if op == "reset":
             self.received -= held
+            for g in held:
+                self.restarted.pop(g, None)
             self.active = bool(self.in_flight or self.received or self.ready)
 
     # ------------------------------------------------------------------ API
@@ -110,6 +118,7 @@ class DecoupledState:
             s.failure = None
         self.in_flight = set(range(env.num_envs))
         self.received.clear()
+        self.restarted.clear()
         self.active = True
 
     def send(self, actions: Any, env_ids: Any) -> None:
@@ -130,6 +139,9 @@ class DecoupledState:
         space = env.single_action_space
         by_worker: dict[WorkerHandle, list[int]] = {}
         for pos, g in enumerate(id_list):
+            if g in self.restarted:  # its simulator is gone: this step ends the episode
+                self._end_restarted_episode(g, self.restarted.pop(g))
+                continue
             by_worker.setdefault(env._worker_of(g), []).append(pos)
         for w, positions in by_worker.items():
             rows = _take(space, batch, positions)
@@ -137,7 +149,7 @@ class DecoupledState:
             w.send("step", (locals_, rows), expect_answer=False)
             self.outstanding[w].append([id_list[p] for p in positions])
         self.received.difference_update(id_list)
-        self.in_flight.update(id_list)
+        self.in_flight.update(id_list[p] for positions in by_worker.values() for p in positions)
 
     def recv(self, batch_size: int | None, timeout: float | None):
         env = self.env
@@ -185,6 +197,16 @@ class DecoupledState:
                 else:
                     break
                 got = True
+                if answer[0] != "ok" and 0 < self.env.max_restarts and w.restarts < self.env.max_restarts:
+                    w.answer = answer
+                    lost = [g for q in self.outstanding[w] for g in q]
+                    self.outstanding[w].clear()
+                    self.in_flight.difference_update(lost)
+                    try:
+                        self._restart(w, lost)
+                    except BaseException as exc:  # noqa: BLE001 - raised below
+                        error = error or exc
+                    break
                 if answer[0] == CRASHED:
                     lost = [g for q in self.outstanding[w] for g in q]
                     self.outstanding[w].clear()
@@ -205,6 +227,55 @@ class DecoupledState:
         if error is not None:
             raise error
         return got
+
+    def _restart(self, w: WorkerHandle, lost: list[int]) -> None:
+        """Rebuild worker ``w`` (its failure is in ``w.answer``) and end its envs' episodes.
+
+        Envs whose command was lost get a truncated result at once; the others (results
+        received or ready) get it at their next ``send``. The semantics are those of
+        stage stepping (``max_restarts`` in :class:`~pipelined_vec_env.PipelinedVectorEnv`).
+
+        Raises:
+            WorkerCrashedError / the env's exception: The rebuilt worker failed to start
+                or to reset.
+        """
+        env = self.env
+        shm = env._buffers is not None
+        mine = set(w.env_indices)
+        # results already here keep their observations: the fresh reset overwrites the rows
+        kept = {e[0]: env._single_obs(e[0]) for e in self.ready if shm and e[0] in mine}
+        answer = env._rebuild(w, "step")
+        if answer[0] == CRASHED:
+            self.env.stages[w.stage].failure = f"worker {w.index} died"
+            raise WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
+        if answer[0] != "ok":
+            self.env.stages[w.stage].failure = f"worker {w.index} raised {answer[1][1]}"
+            raise_worker_error(w, answer)
+        items, reset_infos = answer[1]
+        if env.autoreset_mode == AutoresetMode.NEXT_STEP:
+            # the truncated step is followed by an autoreset step, as for any episode end
+            w.send("set_autoreset", list(range(len(w.env_indices))), expect_answer=False)
+        for k, g in enumerate(w.env_indices):
+            obs = items[k] if items is not None else env._single_obs(g)
+            infos = reset_infos[k]
+            if env.autoreset_mode == AutoresetMode.SAME_STEP:
+                # the simulator's last observation is lost: the fresh one stands in
+                infos = [{"final_obs": obs, "final_info": {"worker_restarted": True}}, *infos]
+            if g in lost:
+                self.ready.append((g, None if shm else obs, 0.0, False, True, infos))
+            else:
+                self.restarted[g] = (obs, infos)
+        for g, obs in kept.items():
+            write_to_shared_memory(env.single_observation_space, g, obs, env._buffers)
+
+    def _end_restarted_episode(self, g: int, fresh: tuple[Any, list[dict]]) -> None:
+        """Queue the truncated result of env ``g`` whose worker was rebuilt since its last
+        result: reward 0, ``truncated=True``, the fresh observation."""
+        obs, infos = fresh
+        if self.env._buffers is not None:
+            write_to_shared_memory(self.env.single_observation_space, g, obs, self.env._buffers)
+            obs = None
+        self.ready.append((g, obs, 0.0, False, True, infos))
 
     def _unpack(self, ids: list[int], payload: tuple) -> None:
         if len(payload) == 2:  # reset answer: (items, infos)

@@ -440,9 +440,10 @@ class PipelinedVectorEnv(VectorEnv):
             raise error
         return collected
 
-    def _restart(self, w: WorkerHandle, op: str, context: Any) -> tuple[str, Any]:
-        """Rebuild worker ``w`` after a failed ``op``, reset its envs, and return the answer
-        that stands in for the failed one (episodes end with ``truncated=True``)."""
+    def _rebuild(self, w: WorkerHandle, op: str) -> tuple[str, Any]:
+        """Log the failure in ``w.answer``, start a fresh process for worker ``w`` and reset
+        all its envs; return the reset's answer (``("ok", (items, infos))``, infos marked
+        ``worker_restarted``) or the failure of the rebuilt worker."""
         kind, info = w.answer
         why = f"exit code {info}" if kind != "error" else f"{info[1]}: {info[2]}"
         if w.deadline_exceeded:
@@ -467,6 +468,15 @@ class PipelinedVectorEnv(VectorEnv):
         items, reset_infos = answer[1]
         for k in range(len(w.env_indices)):
             reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
+        return answer
+
+    def _restart(self, w: WorkerHandle, op: str, context: Any) -> tuple[str, Any]:
+        """Rebuild worker ``w`` after a failed ``op``, reset its envs, and return the answer
+        that stands in for the failed one (episodes end with ``truncated=True``)."""
+        answer = self._rebuild(w, op)
+        if answer[0] != "ok":
+            return answer
+        items, reset_infos = answer[1]
         if op == "reset":
             _, reset_ids = context
             keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
@@ -480,15 +490,7 @@ class PipelinedVectorEnv(VectorEnv):
             w.send("set_autoreset", list(range(n)), expect_answer=False)
         elif self.autoreset_mode == AutoresetMode.SAME_STEP:
             # the simulator's last observation is lost: the fresh one stands in as final_obs
-            if items is not None:
-                finals = items
-            else:
-                view = self._shared_view()
-                finals = [
-                    deepcopy(batch_slice(self.single_observation_space, view, slice(g, g + 1)))
-                    for g in w.env_indices
-                ]
-                finals = [_first(self.single_observation_space, f) for f in finals]
+            finals = items if items is not None else [self._single_obs(g) for g in w.env_indices]
             for k in range(n):
                 reset_infos[k].insert(
                     0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
@@ -561,6 +563,11 @@ class PipelinedVectorEnv(VectorEnv):
                     raise WorkerCrashedError(
                         w.index, w.env_indices, w.process.exitcode, "a dead worker cannot be reset"
                     )
+
+    def _single_obs(self, g: int) -> Any:
+        """A copy of env ``g``'s observation in shared memory, as a single item."""
+        space = self.single_observation_space
+        return _first(space, deepcopy(batch_slice(space, self._shared_view(), slice(g, g + 1))))
 
     def _shared_view(self) -> Any:
         """The whole batch of observations in shared memory (views where possible)."""
@@ -796,8 +803,12 @@ class PipelinedVectorEnv(VectorEnv):
             ValueError: ``batch_size`` larger than the envs in flight.
             WaitTimeoutError: Fewer than ``batch_size`` results within ``timeout``
                 seconds; what arrived stays queued for the next ``recv``.
-            WorkerCrashedError / the worker's exception: A worker failed; its envs leave
-                the decoupled flow (reset them), the others go on.
+            WorkerCrashedError / the worker's exception: A worker failed (past
+                ``max_restarts``); its envs leave the decoupled flow (reset them), the
+                others go on. Within the bound the worker is rebuilt here instead: its
+                envs whose step was lost are returned with ``truncated=True`` and
+                ``info["worker_restarted"]``; a sibling not in flight gets that result
+                from its next :meth:`send` (docs/fault_tolerance.md).
         """
         return self._decoupled.recv(batch_size, timeout)
 

@@ -34,6 +34,9 @@ class TrainConfig:
     """Pin env workers to cores ("auto") or leave placement to the OS ("none")."""
     worker_nice: int = 0
     """Nice value of env workers (0-19); > 0 lets a CPU policy preempt the simulators."""
+    max_restarts: int = 0
+    """Restarts allowed per env worker (0: a crashed simulator ends the run). A rebuilt
+    worker's episodes end with truncated=True; see docs/fault_tolerance.md."""
     backend: Literal["multiprocessing", "ray"] = "multiprocessing"
     """Env workers as subprocesses of the trainer, or as Ray actors on a Ray cluster
     (needs the ``ray`` extra; see docs/ray.md). The policy stays in the trainer process."""

@@ -124,6 +124,7 @@ def make_vector_env(
     envs_per_worker: int = 1,
     cpu_affinity: str | None = None,
     worker_nice: int = 0,
+    max_restarts: int = 0,
     backend: str = "multiprocessing",
     ray_options: dict[str, Any] | None = None,
 ) -> gym.vector.VectorEnv:
@@ -136,6 +137,7 @@ def make_vector_env(
         envs_per_worker: envs per worker process.
         cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
         worker_nice: nice value of the env workers (see :class:`NicedEnvFn`).
+        max_restarts: restarts allowed per worker (passed to ``PipelinedVectorEnv``).
         backend: ``"multiprocessing"`` or ``"ray"`` (passed to ``PipelinedVectorEnv``).
         ray_options: With ``backend="ray"``: actor placement (see ``RayOptions``).
 
@@ -155,6 +157,7 @@ def make_vector_env(
         envs_per_worker=envs_per_worker,
         autoreset_mode=AutoresetMode.SAME_STEP,
         cpu_affinity=cpu_affinity,
+        max_restarts=max_restarts,
         backend=backend,
         ray_options=ray_options,
     )

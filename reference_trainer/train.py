@@ -172,6 +172,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         envs_per_worker=config.envs_per_worker,
         cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
         worker_nice=config.worker_nice,
+        max_restarts=config.max_restarts,
         backend=config.backend,
         ray_options=(
             {"address": config.ray_address, "num_cpus": config.ray_num_cpus}

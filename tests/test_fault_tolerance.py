@@ -96,3 +96,101 @@ def test_bad_restart_arguments():
         PipelinedVectorEnv([CountingEnv], max_restarts=-1)
     with pytest.raises(ValueError, match="step_deadline"):
         PipelinedVectorEnv([CountingEnv], step_deadline=0)
+
+
+# ---------------------------------------------------------------------- decoupled mode
+
+
+def info_row(info, k):
+    """Env ``k``'s part of a batched info dict (gymnasium's masks applied)."""
+    return {
+        key: info_row(v, k) if isinstance(v, dict) else v[k]
+        for key, v in info.items()
+        if not key.startswith("_") and info[f"_{key}"][k]
+    }
+
+
+def recv_all(envs, count):
+    """Receive ``count`` env results; return env id -> (obs, reward, term, trunc, info row)."""
+    got = {}
+    while len(got) < count:
+        obs, rew, term, trunc, info = envs.recv(timeout=30)
+        for k, g in enumerate(info["env_id"].tolist()):
+            got[g] = (obs[k], float(rew[k]), bool(term[k]), bool(trunc[k]), info_row(info, k))
+    assert len(got) == count
+    return got
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+@pytest.mark.parametrize("bad", [F.SIGKILL, F.RAISE])
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_decoupled_failure_rebuilds_the_worker_and_truncates_its_episodes(make_pipelined, caplog, mode, bad, shared_memory):
+    # workers [0, 1] and [2, 3]; env 2 fails while env 3, on the same worker, is not in flight
+    envs = make_pipelined(
+        [FaultyEnv for _ in range(4)], envs_per_worker=2, max_restarts=1, autoreset_mode=mode,
+        shared_memory=shared_memory,
+    )
+    envs.async_reset(seed=0)
+    recv_all(envs, 4)
+    envs.send(acts(0, 0, 0, 0), [0, 1, 2, 3])
+    recv_all(envs, 4)
+    old = envs._handles[1].process
+    old_pid = old.pid
+    envs.send(acts(0), [3])  # answered before env 2 fails: its result must survive the restart
+    envs.send(acts(0, 0, bad), [0, 1, 2])
+    if bad == F.SIGKILL:
+        old.join(30)  # both answers (and the crash) are in by the next recv
+    with caplog.at_level(logging.WARNING, logger="pipelined_vec_env"):
+        got = recv_all(envs, 4)
+    assert "restarting worker 1" in caplog.text
+    assert envs.restart_counts == (0, 1) and envs._handles[1].process.pid != old_pid
+    for g in (0, 1, 3):  # untouched, or finished before the failure
+        assert got[g][0][0] == 2 and got[g][3] is False and "worker_restarted" not in got[g][4]
+    obs2, rew2, term2, trunc2, info2 = got[2]
+    assert obs2[0] == 0 and rew2 == 0.0 and not term2 and trunc2 and info2["worker_restarted"]
+    if mode == AutoresetMode.SAME_STEP:
+        assert info2["final_info"]["worker_restarted"]
+    # env 3's simulator went with the old process: its next step ends its episode instead
+    envs.send(acts(0, 0), [3, 0])
+    got = recv_all(envs, 2)
+    assert got[0][0][0] == 3 and not got[0][3]
+    obs3, rew3, _, trunc3, info3 = got[3]
+    assert obs3[0] == 0 and rew3 == 0.0 and trunc3 and info3["worker_restarted"]
+    # then both go on from the fresh reset (NEXT_STEP: first an autoreset step)
+    envs.send(acts(0, 0), [2, 3])
+    got = recv_all(envs, 2)
+    expected = 0 if mode == AutoresetMode.NEXT_STEP else 1
+    assert got[2][0][0] == expected and got[3][0][0] == expected
+    assert not got[2][3] and not got[3][3]
+    # past the bound, the failure is raised as without restarts
+    envs.send(acts(bad), [2])
+    with pytest.raises((WorkerCrashedError, ValueError)):
+        recv_all(envs, 1)
+
+
+def test_channel_run_survives_a_crashed_simulator(make_pipelined):
+    from pipelined_vec_env.channel import InferenceChannel
+
+    envs = make_pipelined([FaultyEnv for _ in range(3)], max_restarts=1)
+    fired = []
+
+    def policy(obs, env_ids):
+        actions = np.zeros(len(env_ids), dtype=np.int64)
+        for k, (g, count) in enumerate(zip(env_ids.tolist(), obs[:, 0].tolist(), strict=True)):
+            if g == 1 and count == 3 and not fired:
+                fired.append(g)
+                actions[k] = F.SIGKILL
+        return actions
+
+    with InferenceChannel(envs, [policy]) as channel:
+        channel.reset(seed=0)
+        rollout = channel.run(steps_per_env=6, timeout=30)
+    assert envs.restart_counts == (0, 1, 0)
+    assert rollout.steps.tolist() == [6, 6, 6]
+    crashed = rollout.trajectories[1]
+    assert crashed.truncations.tolist() == [False, False, False, True, False, False]
+    assert crashed.infos[3]["worker_restarted"] and crashed.rewards[3] == 0.0
+    assert crashed.obs[:, 0].tolist() == [0, 1, 2, 3, 0, 0]  # truncated, autoreset, then on
+    for g in (0, 2):
+        assert not rollout.trajectories[g].truncations.any()
+        assert rollout.trajectories[g].rewards.tolist() == [1.0] * 6
