@@ -197,6 +197,26 @@ def test_decoupled_dead_actor_is_reported_and_other_envs_go_on(ray_local, make_p
     assert info["env_id"].tolist() == [0] and obs[0, 0] == 2
 
 
+def test_decoupled_dead_actor_is_restarted_within_max_restarts(ray_local, make_pipelined):
+    envs = make_pipelined(
+        [partial(FaultyEnv) for _ in range(2)], backend="ray", ray_options=SMALL, max_restarts=1
+    )
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=2)
+    envs.send(acts(0, F.EXIT), np.array([0, 1]))
+    got = {}
+    while len(got) < 2:
+        obs, _, _, trunc, info = envs.recv(timeout=60)
+        for k, g in enumerate(info["env_id"].tolist()):
+            restarted = bool(info.get("_worker_restarted", np.zeros(len(trunc), bool))[k])
+            got[g] = (obs[k, 0], bool(trunc[k]), restarted)
+    assert got == {0: (1, False, False), 1: (0, True, True)}
+    assert envs.restart_counts == (0, 1)
+    envs.send(acts(0, 0), np.array([0, 1]))  # env 1: NEXT_STEP's autoreset step, then on
+    obs, *_, info = envs.recv(batch_size=2, timeout=60)
+    assert dict(zip(info["env_id"].tolist(), obs[:, 0].tolist(), strict=True)) == {0: 2, 1: 0}
+
+
 def test_worker_exceptions_keep_type_and_traceback(ray_local, make_pipelined):
     envs = make_pipelined([partial(FaultyEnv) for _ in range(2)], backend="ray", ray_options=SMALL)
     envs.reset(seed=0)
