@@ -448,11 +448,34 @@ class InferenceChannel:
         """Sleep until an env worker with commands in flight answers (or dies) or an actor
         wakes the driver; return ``(env_ready, woken)``, both False on timeout.
 
+        A worker past the env's ``step_deadline`` is killed here (its crash is then read
+        by ``envs.recv``, which restarts it or raises), so a hung simulator cannot stall
+        a run.
+        """
+        state = envs._decoupled
+        busy = [w for w, queue in state.outstanding.items() if queue] if self._at_env else []
+        deadline = deadline_after(timeout)
+        while True:
+            wait = remaining(deadline)
+            overdue_at = state.overdue_at(busy)
+            if overdue_at is not None:
+                left = max(0.0, overdue_at - time.monotonic())
+                wait = left if wait is None else min(wait, left)
+            env_ready, woken = self._poll(busy, wait)
+            if env_ready or woken:
+                return env_ready, woken
+            if state.kill_overdue(busy):
+                return True, False
+            if deadline is not None and remaining(deadline) == 0:
+                return False, False
+
+    def _poll(self, busy: list[Any], timeout: float | None) -> tuple[bool, bool]:
+        """One wait on the ``busy`` workers and the wake pipe: ``(env_ready, woken)``.
+
         Subprocess workers: one ``poll`` on their pipes, sentinels and the wake pipe. Ray
         actors have no descriptor to poll, so the driver alternates short ``ray.wait``
         slices (2 ms) with a zero-timeout look at the wake pipe.
         """
-        busy = [w for w, queue in envs._decoupled.outstanding.items() if queue] if self._at_env else []
         if not uses_ray(busy):
             ready = poll_fds([fd for w in busy for fd in (w.conn.fileno(), w.process.sentinel)] + [self._wake_r], timeout)
             return bool(set(ready) - {self._wake_r}), self._wake_r in ready

@@ -11,6 +11,8 @@ RLinf-style multi-actor inference on.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from .vector_env import PipelinedVectorEnv
 
 __all__ = ["DecoupledState"]
+
+logger = logging.getLogger(__name__)
 
 
 class DecoupledState:
@@ -60,6 +64,8 @@ class DecoupledState:
         self.outstanding: dict[WorkerHandle, deque[list[int]]] = {
             w: deque() for w in env._handles
         }
+        # when each worker's oldest outstanding command started (for step_deadline)
+        self.head_since: dict[WorkerHandle, float] = {}
 
     # ------------------------------------------------------------------ checks
 
@@ -114,6 +120,7 @@ class DecoupledState:
             requests = [(g - w.env_indices[0], seeds[g], per_env[g]) for g in w.env_indices]
             w.send("reset", requests, expect_answer=False)
             self.outstanding[w].append(list(w.env_indices))
+            self.head_since[w] = time.monotonic()
         for s in env.stages:
             s.failure = None
         self.in_flight = set(range(env.num_envs))
@@ -147,6 +154,8 @@ class DecoupledState:
             rows = _take(space, batch, positions)
             locals_ = [id_list[p] - w.env_indices[0] for p in positions]
             w.send("step", (locals_, rows), expect_answer=False)
+            if not self.outstanding[w]:
+                self.head_since[w] = time.monotonic()
             self.outstanding[w].append([id_list[p] for p in positions])
         self.received.difference_update(id_list)
         self.in_flight.update(id_list[p] for positions in by_worker.values() for p in positions)
@@ -182,7 +191,20 @@ class DecoupledState:
             return True
         got = False
         error: BaseException | None = None
-        workers = wait_readable(busy, timeout)
+        deadline = deadline_after(timeout)
+        while True:
+            wait = remaining(deadline)
+            overdue_at = self.overdue_at(busy)
+            if overdue_at is not None:
+                left = max(0.0, overdue_at - time.monotonic())
+                wait = left if wait is None else min(wait, left)
+            workers = wait_readable(busy, wait)
+            if workers:
+                break
+            if self.kill_overdue(busy):
+                continue  # their sentinels turn readable: read the crash
+            if deadline is not None and remaining(deadline) == 0:
+                break
         for w in workers:
             while self.outstanding[w]:
                 if w.conn.poll(0):
@@ -215,6 +237,7 @@ class DecoupledState:
                     error = error or WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
                     break
                 ids = self.outstanding[w].popleft()
+                self.head_since[w] = time.monotonic()  # the next queued command runs now
                 self.in_flight.difference_update(ids)
                 if answer[0] != "ok":
                     self.env.stages[w.stage].failure = f"worker {w.index} raised {answer[1][1]}"
@@ -227,6 +250,30 @@ class DecoupledState:
         if error is not None:
             raise error
         return got
+
+    def overdue_at(self, busy: list[WorkerHandle]) -> float | None:
+        """The ``time.monotonic()`` at which the first of ``busy`` overruns ``step_deadline``
+        with its oldest outstanding command (None: no deadline, or all already killed)."""
+        limit = self.env.step_deadline
+        if limit is None:
+            return None
+        times = [self.head_since[w] + limit for w in busy if not w.deadline_exceeded]
+        return min(times) if times else None
+
+    def kill_overdue(self, busy: list[WorkerHandle]) -> bool:
+        """Kill the workers of ``busy`` past ``step_deadline``; their crash is then read
+        like any other (restart or error). Return whether any was killed."""
+        limit = self.env.step_deadline
+        if limit is None:
+            return False
+        now = time.monotonic()
+        killed = False
+        for w in busy:
+            if not w.deadline_exceeded and now >= self.head_since[w] + limit:
+                logger.warning("worker %d overran step_deadline=%.3g s; killing it", w.index, limit)
+                w.kill_for_deadline()
+                killed = True
+        return killed
 
     def _restart(self, w: WorkerHandle, lost: list[int]) -> None:
         """Rebuild worker ``w`` (its failure is in ``w.answer``) and end its envs' episodes.

@@ -181,7 +181,8 @@ class PipelinedVectorEnv(VectorEnv):
             ``truncated=True`` and ``info["worker_restarted"]=True``; past the bound the
             failure is raised (:class:`WorkerCrashedError` for a dead worker).
         step_deadline: Seconds a worker may take to answer a ``step``/``reset`` (counted
-            from the send); a worker past it is killed and handled as a crash (restart or
+            from the send; in decoupled stepping from when the worker could start the
+            command); a worker past it is killed and handled as a crash (restart or
             error). Unlike ``timeout=``, which only stops waiting.
         backend: ``"multiprocessing"`` (workers are subprocesses of this process) or
             ``"ray"`` (workers are Ray actors, on any node of a Ray cluster; needs the

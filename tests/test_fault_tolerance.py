@@ -194,3 +194,43 @@ def test_channel_run_survives_a_crashed_simulator(make_pipelined):
     for g in (0, 2):
         assert not rollout.trajectories[g].truncations.any()
         assert rollout.trajectories[g].rewards.tolist() == [1.0] * 6
+
+
+def test_decoupled_step_deadline_kills_a_hung_worker(make_pipelined):
+    envs = make_pipelined([partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5)
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=2, timeout=30)
+    envs.send(acts(F.SLEEP, 0), [0, 1])
+    seen = []
+    with pytest.raises(WorkerCrashedError) as info:
+        for _ in range(2):  # env 1's result may come before or after the crash report
+            seen += envs.recv(timeout=30)[-1]["env_id"].tolist()
+    assert info.value.env_indices == (0,) and envs._handles[0].deadline_exceeded
+    restarting = make_pipelined(
+        [partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1
+    )
+    restarting.async_reset(seed=0)
+    restarting.recv(batch_size=2, timeout=30)
+    restarting.send(acts(F.SLEEP, 0), [0, 1])
+    got = recv_all(restarting, 2)
+    assert got[0][3] and got[0][4]["worker_restarted"] and got[0][0][0] == 0
+    assert got[1][0][0] == 1 and not got[1][3]
+
+
+def test_channel_run_survives_a_hung_simulator(make_pipelined):
+    from pipelined_vec_env.channel import InferenceChannel
+
+    envs = make_pipelined([partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1)
+
+    def policy(obs, env_ids):
+        hang = (env_ids == 0) & (obs[:, 0] == 2) & (envs.restart_counts[0] == 0)
+        return np.where(hang, F.SLEEP, 0).astype(np.int64)
+
+    with InferenceChannel(envs, [policy]) as channel:
+        channel.reset(seed=0)
+        rollout = channel.run(steps_per_env=5, timeout=30)
+    assert envs.restart_counts == (1, 0)
+    hung = rollout.trajectories[0]
+    assert hung.truncations.tolist() == [False, False, True, False, False]
+    assert hung.infos[2]["worker_restarted"]
+    assert not rollout.trajectories[1].truncations.any()
