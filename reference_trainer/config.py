@@ -37,6 +37,9 @@ class TrainConfig:
     max_restarts: int = 0
     """Restarts allowed per env worker (0: a crashed simulator ends the run). A rebuilt
     worker's episodes end with truncated=True; see docs/fault_tolerance.md."""
+    step_deadline: float | None = None
+    """Seconds an env worker may take per step before it is killed and handled as a crash
+    (restarted within --max-restarts); None: no deadline."""
     backend: Literal["multiprocessing", "ray"] = "multiprocessing"
     """Env workers as subprocesses of the trainer, or as Ray actors on a Ray cluster
     (needs the ``ray`` extra; see docs/ray.md). The policy stays in the trainer process."""

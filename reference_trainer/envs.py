@@ -125,6 +125,7 @@ def make_vector_env(
     cpu_affinity: str | None = None,
     worker_nice: int = 0,
     max_restarts: int = 0,
+    step_deadline: float | None = None,
     backend: str = "multiprocessing",
     ray_options: dict[str, Any] | None = None,
 ) -> gym.vector.VectorEnv:
@@ -138,6 +139,7 @@ def make_vector_env(
         cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
         worker_nice: nice value of the env workers (see :class:`NicedEnvFn`).
         max_restarts: restarts allowed per worker (passed to ``PipelinedVectorEnv``).
+        step_deadline: seconds per worker step before it is killed (passed on too).
         backend: ``"multiprocessing"`` or ``"ray"`` (passed to ``PipelinedVectorEnv``).
         ray_options: With ``backend="ray"``: actor placement (see ``RayOptions``).
 
@@ -158,6 +160,7 @@ def make_vector_env(
         autoreset_mode=AutoresetMode.SAME_STEP,
         cpu_affinity=cpu_affinity,
         max_restarts=max_restarts,
+        step_deadline=step_deadline,
         backend=backend,
         ray_options=ray_options,
     )

@@ -173,6 +173,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
         worker_nice=config.worker_nice,
         max_restarts=config.max_restarts,
+        step_deadline=config.step_deadline,
         backend=config.backend,
         ray_options=(
             {"address": config.ray_address, "num_cpus": config.ray_num_cpus}

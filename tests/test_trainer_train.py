@@ -56,6 +56,23 @@ def test_tiny_run_writes_summary_checkpoint_and_tensorboard(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["num_stages"] == 2
 
 
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_fault_tolerance_flags_reach_the_env_workers(tmp_path, monkeypatch, decoupled):
+    from reference_trainer import train as train_module
+
+    built = []
+    make = train_module.make_vector_env
+
+    def spy(*args, **kwargs):
+        built.append(make(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(train_module, "make_vector_env", spy)
+    summary = train(_tiny(tmp_path, max_restarts=2, step_deadline=30.0, decoupled=decoupled, total_timesteps=32))
+    assert summary["global_step"] == 32
+    assert built[0].max_restarts == 2 and built[0].step_deadline == 30.0
+
+
 def test_serial_flag_runs_the_serial_loop(tmp_path):
     summary = train(_tiny(tmp_path, pipelined=False, total_timesteps=32))
     assert summary["pipelined"] is False
