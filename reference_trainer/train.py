@@ -245,6 +245,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             total=num_iterations * steps_per_iteration,
             initial=global_step,
             unit="step",
+            desc="train" if config.max_minutes is None else f"train (<= {config.max_minutes:g} min)",
             disable=not config.progress,
             dynamic_ncols=True,
         )
@@ -345,7 +346,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                         writer.add_scalar(key, value, global_step)
             progress.update(rollout.timings.env_steps)
             postfix = {
-                "ret": f"{episodes['return_mean']:.1f}" if "return_mean" in episodes else "-",
+                "ret": f"{episodes['return_mean']:.3g}" if "return_mean" in episodes else "-",
                 "sps": f"{timings['env_steps_per_s']:.0f}",
                 "bubble": f"{timings['bubble_fraction']:.2f}",
             }
@@ -360,6 +361,10 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             if config.max_minutes is not None and (time.perf_counter() - start) >= 60 * config.max_minutes:
                 logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
                 stopped_early = True
+                # the bar ends full, labelled: the budget, not the step count, ended the run
+                progress.set_description(f"train (time budget of {config.max_minutes:g} min reached)")
+                progress.total = progress.n
+                progress.refresh()
                 break
             if (
                 config.stop_return is not None

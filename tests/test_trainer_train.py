@@ -73,6 +73,13 @@ def test_fault_tolerance_flags_reach_the_env_workers(tmp_path, monkeypatch, deco
     assert built[0].max_restarts == 2 and built[0].step_deadline == 30.0
 
 
+def test_time_budget_stops_training_and_still_evaluates(tmp_path, capsys):
+    summary = train(_tiny(tmp_path, max_minutes=1e-6, total_timesteps=640, progress=True))
+    assert summary["stopped_early"] and summary["iterations"] == 1
+    assert summary["global_step"] == 32 and summary["final_eval"]["episodes"] == 1
+    assert "time budget of 1e-06 min reached" in capsys.readouterr().err  # the bar says why
+
+
 def test_serial_flag_runs_the_serial_loop(tmp_path):
     summary = train(_tiny(tmp_path, pipelined=False, total_timesteps=32))
     assert summary["pipelined"] is False
