@@ -13,6 +13,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from gymnasium import Env, Space, spaces
+from gymnasium.error import NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
@@ -26,7 +27,7 @@ from gymnasium.vector.utils import (
 
 from .batching import batch_slice, check_actions, to_numpy
 from .decoupled import DecoupledState
-from .errors import WorkerCrashedError
+from .errors import WaitTimeoutError, WorkerCrashedError
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
 from .worker_handle import WorkerHandle, raise_worker_error, receive_all
@@ -349,6 +350,8 @@ class PipelinedVectorEnv(VectorEnv):
                 expect_answer=False,
             )
         self._decoupled = DecoupledState(self)
+        # a call started by call_async: (stages, worker groups, env_indices)
+        self._pending_call: tuple[list[Stage], dict[WorkerHandle, list[int]], Any] | None = None
         self._obs_view = None
         if self._buffers is not None and _views_stay_valid(self.single_observation_space):
             self._obs_view = read_from_shared_memory(
@@ -855,6 +858,51 @@ class PipelinedVectorEnv(VectorEnv):
         Returns:
             One result per selected env, in the order of ``env_indices``.
         """
+        self._start_call(env_indices, name, args, kwargs)
+        return self.call_wait()
+
+    def call_async(self, name: str | Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Start calling ``name`` on every env and return (gymnasium ``AsyncVectorEnv``'s
+        ``call_async``); collect the results with :meth:`call_wait`.
+
+        Raises:
+            AlreadyPendingCallError: A stage has a call in flight.
+        """
+        self._start_call(None, name, args, kwargs)
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Wait for the call started by :meth:`call_async`.
+
+        Args:
+            timeout: Seconds to wait; None waits as long as the workers are alive (a dead
+                worker is noticed at once).
+
+        Returns:
+            One result per env, in env order.
+
+        Raises:
+            NoAsyncCallError: No call in flight.
+            WaitTimeoutError: Timed out; the call stays in flight and a later
+                ``call_wait`` returns its results.
+            The env's exception / WorkerCrashedError: A worker failed (the call ends).
+        """
+        self._check_open()
+        if self._pending_call is None:
+            raise NoAsyncCallError("call_wait without a prior call_async", "call")
+        stages, groups, env_indices = self._pending_call
+        try:
+            result = self._gather(stages, groups, env_indices, timeout)
+        except WaitTimeoutError:
+            raise
+        except BaseException:
+            self._pending_call = None
+            raise
+        self._pending_call = None
+        return result
+
+    def _start_call(
+        self, env_indices: Sequence[int] | None, name: Any, args: tuple, kwargs: dict[str, Any]
+    ) -> None:
         self._check_open()
         groups = self._group(env_indices)
         stages = [self.stages[s] for s in {w.stage for w in groups}]
@@ -863,7 +911,7 @@ class PipelinedVectorEnv(VectorEnv):
             w.send("call", (name, args, kwargs, locals_))
         for s in stages:
             s.mark("call", False)
-        return self._gather(stages, groups, env_indices)
+        self._pending_call = (stages, groups, env_indices)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Get attribute ``name`` of every env (through wrappers), like gymnasium."""
@@ -932,9 +980,10 @@ class PipelinedVectorEnv(VectorEnv):
         stages: list[Stage],
         groups: dict[WorkerHandle, list[int]],
         env_indices: Sequence[int] | None,
+        timeout: float | None = None,
     ) -> tuple[Any, ...]:
         op = stages[0].state if stages else "call"
-        collected = self._wait(stages, op, False, None)
+        collected = self._wait(stages, op, False, timeout)
         value: dict[int, Any] = {}
         for _, results in collected:
             for worker, payload in results:

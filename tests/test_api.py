@@ -13,8 +13,10 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
+from pipelined_vec_env import WaitTimeoutError
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
 
 pytestmark = pytest.mark.timeout(120)
@@ -155,6 +157,23 @@ def test_close_is_idempotent_and_stops_workers(make_pipelined):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(RuntimeError, match="closed"):
         envs.step(np.zeros(3, dtype=np.int64))
+
+
+def test_call_async_and_call_wait_with_a_timeout(make_pipelined):
+    envs = make_pipelined([partial(FaultyEnv, 1.0) for _ in range(2)], num_stages=2)
+    envs.reset(seed=0)
+    with pytest.raises(NoAsyncCallError):
+        envs.call_wait()
+    envs.call_async("step", FaultyEnv.SLEEP)  # env.step itself, called in each worker
+    with pytest.raises(AlreadyPendingCallError):
+        envs.step_async(np.zeros(2, dtype=np.int64))
+    with pytest.raises(WaitTimeoutError):
+        envs.call_wait(timeout=0.05)  # the call stays in flight
+    results = envs.call_wait(timeout=30)
+    assert [float(r[0][0]) for r in results] == [1.0, 1.0]  # each env's step count after it
+    assert envs.call_async("__getattribute__", "count") is None and envs.call_wait() == (1, 1)
+    obs, *_ = envs.step(np.zeros(2, dtype=np.int64))  # the stages are idle again
+    assert obs[:, 0].tolist() == [2, 2]
 
 
 def test_close_with_a_call_in_flight_returns(make_pipelined):
