@@ -341,6 +341,12 @@ def main(args: Args) -> dict:
             writer.add_scalar("losses/clipfrac", float(np.mean(clipfracs)), global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
 
+    if not episodes:
+        print(
+            f"no episode finished within {global_step} env steps, so no episodic_return was "
+            f"logged: raise --total-timesteps (episodes of {args.env_id} can last 1000 steps "
+            "per env) or try a short-episode env such as Pendulum-v1"
+        )
     result = {
         "episodes": episodes,
         # what RecordEpisodeStatistics itself recorded, per env, to check the logging above

@@ -69,6 +69,14 @@ def test_example_logs_record_episode_statistics_values(extra, tmp_path):
     assert log.exists()
 
 
+def test_a_budget_too_small_for_one_episode_says_so(capsys):
+    module = load_example(SCRIPT)
+    short = [*TINY[:2], "--max-episode-steps", "500", *TINY[4:]]
+    args = module.tyro.cli(module.Args, args=[*short, "--total-timesteps", "96"])
+    result = module.main(args)
+    assert result["episodes"] == [] and "no episode finished within 96 env steps" in capsys.readouterr().out
+
+
 def test_one_stage_of_the_staged_loop_matches_the_plain_loop(monkeypatch):
     """The staged rollout loop over one stage is the plain loop: same episodes, same returns.
 
