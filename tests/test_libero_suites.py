@@ -31,6 +31,27 @@ def test_importing_the_package_imports_no_simulator() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+def test_robosuite_macro_file_notice_is_dropped_and_other_messages_pass() -> None:
+    pytest.importorskip("robosuite")
+
+    def import_robosuite(quiet: bool) -> str:
+        code = (
+            "import logging\n"
+            "from pipelined_vec_env.libero import suites\n"
+            + ("suites.quiet_robosuite_import()\n" if quiet else "")
+            + "import robosuite\n"
+            "logging.getLogger('robosuite_logs').warning('another robosuite warning')\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert "private macro file" in import_robosuite(quiet=False)  # what LiberoEnv hides
+    quiet = import_robosuite(quiet=True)
+    assert "macro file" not in quiet and "setup_macros" not in quiet
+    assert "another robosuite warning" in quiet
+
+
 def test_ids_horizons_and_state_sizes_cover_every_suite() -> None:
     assert set(LIBERO_ENV_IDS) == set(SUITE_HORIZONS) == set(STATE_SIZES) == set(STANDARD_SUITES)
     for suite, env_id in LIBERO_ENV_IDS.items():

@@ -193,6 +193,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             # EGL renders headless, on CPU through Mesa's llvmpipe. An explicit MUJOCO_GL
             # (osmesa, glx) wins.
             os.environ.setdefault("MUJOCO_GL", "egl")
+        suites.quiet_robosuite_import()
         from libero.libero.envs.env_wrapper import ControlEnv
 
         task = suites.get_task(self.suite, task_id)

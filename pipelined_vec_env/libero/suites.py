@@ -114,10 +114,28 @@ def check_suite(suite: str) -> str:
     return suite
 
 
+def _drop_macro_file_notice(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not ("private macro file" in message or "setup_macros.py" in message)
+
+
+def quiet_robosuite_import() -> None:
+    """Drop robosuite's three import-time warnings about a missing private macro file.
+
+    robosuite logs them (logger ``robosuite_logs``) on every import in every process; a
+    macro file is optional and LIBERO does not need one. Its other messages pass. Call
+    before the first robosuite import; calling again does nothing.
+    """
+    robosuite_logger = logging.getLogger("robosuite_logs")
+    if _drop_macro_file_notice not in robosuite_logger.filters:
+        robosuite_logger.addFilter(_drop_macro_file_notice)
+
+
 @functools.cache
 def _benchmark(suite: str) -> Any:
     """Build LIBERO's benchmark object for a suite (it prints; we route that to logging)."""
     check_suite(suite)
+    quiet_robosuite_import()
     from libero.libero import benchmark
 
     captured = io.StringIO()
