@@ -115,7 +115,7 @@ class DecoupledState:
         seeds, per_env, mask = env._reset_arguments(seed, options, slice(0, env.num_envs))
         if not mask.all():
             raise ValueError("async_reset: options['reset_mask'] is not supported; reset all envs")
-        env._check_workers_alive(list(env.stages))
+        env._revive_dead_workers(list(env.stages), mask, slice(0, env.num_envs))
         for w in env._handles:
             requests = [(g - w.env_indices[0], seeds[g], per_env[g]) for g in w.env_indices]
             w.send("reset", requests, expect_answer=False)

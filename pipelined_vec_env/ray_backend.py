@@ -444,13 +444,16 @@ class RayWorkerHandle:
         self.deadline_exceeded = True
         self.kill()
 
-    def restart(self) -> None:
+    def restart(self, counted: bool = True) -> None:
         """Kill this worker's actor and start a fresh one for the same envs.
 
         The new actor answers with its start-up ``ready`` answer.
+
+        Args:
+            counted: Count it in ``restarts`` (see the subprocess ``WorkerHandle``).
         """
         self.close(timeout=0.0)
-        self.restarts += 1
+        self.restarts += int(counted)
         self._start()
 
     def close(self, timeout: float = 5.0) -> None:

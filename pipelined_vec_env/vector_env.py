@@ -560,13 +560,40 @@ class PipelinedVectorEnv(VectorEnv):
                 )
         return seeds, per_env, mask
 
-    def _check_workers_alive(self, stages: list[Stage]) -> None:
+    def _revive_dead_workers(self, stages: list[Stage], mask: np.ndarray, envs: slice) -> None:
+        """Rebuild the workers of ``stages`` found dead, before a reset of their envs.
+
+        A reset starts every episode over, so a fresh process can take the dead one's
+        place; such a rebuild does not count against ``max_restarts``. It needs the reset
+        to cover all the worker's envs.
+
+        Raises:
+            WorkerCrashedError: The reset leaves out some of a dead worker's envs.
+            The env's exception / WorkerCrashedError: The rebuilt worker failed to start.
+        """
         for s in stages:
             for w in s.workers:
-                if w.dead:
+                if not w.dead:
+                    continue
+                if not all(mask[g - envs.start] for g in w.env_indices):
                     raise WorkerCrashedError(
-                        w.index, w.env_indices, w.process.exitcode, "a dead worker cannot be reset"
+                        w.index, w.env_indices, w.process.exitcode,
+                        "a dead worker is rebuilt only by a reset that includes all its envs",
                     )
+                logger.warning(
+                    "rebuilding dead worker %d (envs %s, exit code %s) for the reset",
+                    w.index, list(w.env_indices), w.process.exitcode,
+                )
+                w.restart(counted=False)
+                receive_all([w], None)
+                ready = w.take()
+                if ready[0] != "ready":
+                    raise_worker_error(w, ready)
+                w.send(
+                    "attach",
+                    (self.single_observation_space, self._buffers, self.num_envs),
+                    expect_answer=False,
+                )
 
     def _single_obs(self, g: int) -> Any:
         """A copy of env ``g``'s observation in shared memory, as a single item."""
@@ -616,13 +643,17 @@ class PipelinedVectorEnv(VectorEnv):
             ValueError / TypeError: Bad ``seed``, ``options`` or ``stage`` (before any
                 worker is touched).
             AlreadyPendingCallError: A selected stage has a call in flight.
+            WorkerCrashedError: A worker of the call was found dead and the reset leaves
+                out some of its envs. A reset covering all of a dead worker's envs
+                rebuilds it first (a fresh process; this blocks for its start-up and
+                does not count against ``max_restarts``).
         """
         self._check_open()
         stages, envs = self._select(stage)
         seeds, per_env, mask = self._reset_arguments(seed, options, envs)
         check_startable(stages, "reset", stage is None)
         self._decoupled.check_free(envs, "reset")
-        self._check_workers_alive(stages)
+        self._revive_dead_workers(stages, mask, envs)
         for s in stages:
             reset_ids: dict[int, list[int]] = {}
             for w in s.workers:

@@ -120,14 +120,18 @@ class WorkerHandle:
         child_conn.close()
         self.pending = True  # the start-up "ready" message
 
-    def restart(self) -> None:
+    def restart(self, counted: bool = True) -> None:
         """Kill this worker's process (if alive) and start a fresh one for the same envs.
 
         The new process answers with its start-up ``ready`` message (collect it with
         :func:`receive_all`).
+
+        Args:
+            counted: Count it in ``restarts`` (the ``max_restarts`` budget); False for
+                the rebuild a reset of a dead worker's envs does.
         """
         self.close(timeout=0.0)
-        self.restarts += 1
+        self.restarts += int(counted)
         self._start()
 
     def kill_for_deadline(self) -> None:

@@ -119,3 +119,22 @@ def test_crash_and_shutdown_with_requests_in_flight(make_pipelined):
     start = time.monotonic()
     envs.close(timeout=0.5)  # env 2 is still sleeping in its worker
     assert envs.closed and time.monotonic() - start < 30
+
+
+def test_async_reset_rebuilds_a_dead_worker(make_pipelined):
+    envs = make_pipelined([partial(FaultyEnv) for _ in range(2)])
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=2, timeout=30)
+    envs.send(np.array([FaultyEnv.SIGKILL, 0]), [0, 1])
+    seen = []
+    with pytest.raises(WorkerCrashedError):
+        for _ in range(2):
+            seen += envs.recv(timeout=30)[-1]["env_id"].tolist()
+    if not seen:  # env 1's result came after the crash report
+        seen += envs.recv(timeout=30)[-1]["env_id"].tolist()
+    assert seen == [1]
+    old_pid = envs._handles[0].process.pid
+    envs.async_reset(seed=0)  # rebuilds worker 0 first
+    obs, *_, info = envs.recv(batch_size=2, timeout=30)
+    assert sorted(info["env_id"].tolist()) == [0, 1] and obs[:, 0].tolist() == [0, 0]
+    assert envs._handles[0].process.pid != old_pid and envs.restart_counts == (0, 0)

@@ -78,10 +78,19 @@ def test_dead_worker_raises_crashed_error_and_other_stages_go_on(make_pipelined,
     np.testing.assert_array_equal(obs[:, 0], [1, 1])
     with pytest.raises(StageFailedError):
         envs.step_async(acts(0, 0), stage=1)
-    with pytest.raises(WorkerCrashedError):
-        envs.reset(seed=0)
-    envs.step_async(acts(0, 0), stage=0)
-    envs.step_wait(stage=0)
+    with pytest.raises(WorkerCrashedError, match="includes all its envs"):
+        envs.reset(seed=0, options={"reset_mask": np.array([True, True, True, False])})
+    envs.step_async(acts(0, 0), stage=0)  # the refused reset touched nothing
+    obs, *_ = envs.step_wait(stage=0)
+    np.testing.assert_array_equal(obs[:, 0], [2, 2])
+    old_pid = envs.stages[1].workers[1].process.pid
+    envs.reset_async(seed=0, stage=1)
+    obs, _ = envs.reset_wait(stage=1)
+    np.testing.assert_array_equal(obs[:, 0], [0, 0])  # a reset rebuilt the dead worker
+    assert envs.stages[1].workers[1].process.pid != old_pid
+    assert envs.restart_counts == (0, 0, 0, 0)  # not a restart: max_restarts is untouched
+    obs, *_ = envs.step(acts(0, 0, 0, 0))
+    np.testing.assert_array_equal(obs[:, 0], [3, 3, 1, 1])
     envs.close()
     envs.close()  # idempotent
 

@@ -261,8 +261,10 @@ def test_dead_actor_is_a_crash_and_other_stages_go_on(ray_local, make_pipelined,
     assert obs0[0, 0] == 1
     with pytest.raises(StageFailedError):
         envs.step_async(acts(0), stage=1)
-    with pytest.raises(WorkerCrashedError):
-        envs.reset()  # a dead worker cannot be reset (no restarts allowed)
+    obs, _ = envs.reset(seed=0)  # a reset rebuilds the dead actor (not counted as a restart)
+    assert obs[:, 0].tolist() == [0, 0] and envs.restart_counts == (0, 0)
+    obs, *_ = envs.step(acts(0, 0))
+    assert obs[:, 0].tolist() == [1, 1]
 
 
 def test_killed_actor_is_restarted(ray_local, make_pipelined):
