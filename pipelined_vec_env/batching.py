@@ -89,28 +89,22 @@ def swap_leading_axes(space: spaces.Space, stacked: Any) -> Any:
     return tuple(zip(*stacked, strict=True))
 
 
-@concat_batches.register(spaces.Box)
-@concat_batches.register(spaces.Discrete)
-@concat_batches.register(spaces.MultiDiscrete)
-@concat_batches.register(spaces.MultiBinary)
-def _(space: spaces.Space, batches: list[Any]) -> np.ndarray:
+def _concat_arrays(space: spaces.Space, batches: list[Any]) -> np.ndarray:
     return np.concatenate(batches, axis=0)
 
 
-@stack_batches.register(spaces.Box)
-@stack_batches.register(spaces.Discrete)
-@stack_batches.register(spaces.MultiDiscrete)
-@stack_batches.register(spaces.MultiBinary)
-def _(space: spaces.Space, batches: list[Any]) -> np.ndarray:
+def _stack_arrays(space: spaces.Space, batches: list[Any]) -> np.ndarray:
     return np.stack(batches, axis=0)
 
 
-@swap_leading_axes.register(spaces.Box)
-@swap_leading_axes.register(spaces.Discrete)
-@swap_leading_axes.register(spaces.MultiDiscrete)
-@swap_leading_axes.register(spaces.MultiBinary)
-def _(space: spaces.Space, stacked: np.ndarray) -> np.ndarray:
+def _swap_array_axes(space: spaces.Space, stacked: np.ndarray) -> np.ndarray:
     return np.swapaxes(stacked, 0, 1)
+
+
+for _array_space in (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary):
+    concat_batches.register(_array_space, _concat_arrays)
+    stack_batches.register(_array_space, _stack_arrays)
+    swap_leading_axes.register(_array_space, _swap_array_axes)
 
 
 @concat_batches.register(spaces.Dict)

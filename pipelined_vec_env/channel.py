@@ -456,12 +456,7 @@ class InferenceChannel:
         busy = [w for w, queue in state.outstanding.items() if queue] if self._at_env else []
         deadline = deadline_after(timeout)
         while True:
-            wait = remaining(deadline)
-            overdue_at = state.overdue_at(busy)
-            if overdue_at is not None:
-                left = max(0.0, overdue_at - time.monotonic())
-                wait = left if wait is None else min(wait, left)
-            env_ready, woken = self._poll(busy, wait)
+            env_ready, woken = self._poll(busy, state.wait_before(busy, deadline))
             if env_ready or woken:
                 return env_ready, woken
             if state.kill_overdue(busy):

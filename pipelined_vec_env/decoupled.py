@@ -193,12 +193,7 @@ class DecoupledState:
         error: BaseException | None = None
         deadline = deadline_after(timeout)
         while True:
-            wait = remaining(deadline)
-            overdue_at = self.overdue_at(busy)
-            if overdue_at is not None:
-                left = max(0.0, overdue_at - time.monotonic())
-                wait = left if wait is None else min(wait, left)
-            workers = wait_readable(busy, wait)
+            workers = wait_readable(busy, self.wait_before(busy, deadline))
             if workers:
                 break
             if self.kill_overdue(busy):
@@ -250,6 +245,16 @@ class DecoupledState:
         if error is not None:
             raise error
         return got
+
+    def wait_before(self, busy: list[WorkerHandle], deadline: float | None) -> float | None:
+        """Seconds to wait now for ``busy``: until the caller's ``deadline`` (a
+        ``time.monotonic()`` value or None) or the first ``step_deadline`` overrun."""
+        wait = remaining(deadline)
+        overdue_at = self.overdue_at(busy)
+        if overdue_at is not None:
+            left = max(0.0, overdue_at - time.monotonic())
+            wait = left if wait is None else min(wait, left)
+        return wait
 
     def overdue_at(self, busy: list[WorkerHandle]) -> float | None:
         """The ``time.monotonic()`` at which the first of ``busy`` overruns ``step_deadline``
