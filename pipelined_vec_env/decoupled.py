@@ -216,18 +216,13 @@ class DecoupledState:
                 got = True
                 if answer[0] != "ok" and 0 < self.env.max_restarts and w.restarts < self.env.max_restarts:
                     w.answer = answer
-                    lost = [g for q in self.outstanding[w] for g in q]
-                    self.outstanding[w].clear()
-                    self.in_flight.difference_update(lost)
                     try:
-                        self._restart(w, lost)
+                        self._restart(w, self._drop_outstanding(w))
                     except BaseException as exc:  # noqa: BLE001 - raised below
                         error = error or exc
                     break
                 if answer[0] == CRASHED:
-                    lost = [g for q in self.outstanding[w] for g in q]
-                    self.outstanding[w].clear()
-                    self.in_flight.difference_update(lost)
+                    self._drop_outstanding(w)
                     self.env.stages[w.stage].failure = f"worker {w.index} died"
                     error = error or WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
                     break
@@ -245,6 +240,14 @@ class DecoupledState:
         if error is not None:
             raise error
         return got
+
+    def _drop_outstanding(self, w: WorkerHandle) -> list[int]:
+        """Forget every command of ``w`` still outstanding (its process is gone or about
+        to be); return the ids of the envs they were for."""
+        lost = [g for q in self.outstanding[w] for g in q]
+        self.outstanding[w].clear()
+        self.in_flight.difference_update(lost)
+        return lost
 
     def wait_before(self, busy: list[WorkerHandle], deadline: float | None) -> float | None:
         """Seconds to wait now for ``busy``: until the caller's ``deadline`` (a

@@ -458,12 +458,9 @@ class PipelinedVectorEnv(VectorEnv):
         )
         if kind == "error":
             logger.warning("worker %d traceback:\n%s", w.index, info[3])
-        w.restart()
-        receive_all([w], None)
-        ready = w.take()
-        if ready[0] != "ready":
-            return ready  # the rebuilt worker failed to start: report that
-        w.send("attach", (self.single_observation_space, self._buffers, self.num_envs), expect_answer=False)
+        failed = self._start_fresh(w, counted=True)
+        if failed is not None:
+            return failed  # the rebuilt worker failed to start: report that
         w.send("reset", [(k, None, None) for k in range(len(w.env_indices))])
         receive_all([w], None)
         answer = w.take()
@@ -584,16 +581,20 @@ class PipelinedVectorEnv(VectorEnv):
                     "rebuilding dead worker %d (envs %s, exit code %s) for the reset",
                     w.index, list(w.env_indices), w.process.exitcode,
                 )
-                w.restart(counted=False)
-                receive_all([w], None)
-                ready = w.take()
-                if ready[0] != "ready":
-                    raise_worker_error(w, ready)
-                w.send(
-                    "attach",
-                    (self.single_observation_space, self._buffers, self.num_envs),
-                    expect_answer=False,
-                )
+                failed = self._start_fresh(w, counted=False)
+                if failed is not None:
+                    raise_worker_error(w, failed)
+
+    def _start_fresh(self, w: WorkerHandle, counted: bool) -> tuple[str, Any] | None:
+        """Replace worker ``w``'s process with a fresh one (blocks for its start-up) and
+        attach it to the shared observations; return its failure answer, or None."""
+        w.restart(counted=counted)
+        receive_all([w], None)
+        ready = w.take()
+        if ready[0] != "ready":
+            return ready
+        w.send("attach", (self.single_observation_space, self._buffers, self.num_envs), expect_answer=False)
+        return None
 
     def _single_obs(self, g: int) -> Any:
         """A copy of env ``g``'s observation in shared memory, as a single item."""
