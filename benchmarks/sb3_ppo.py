@@ -26,14 +26,17 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import tyro
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import package_versions  # noqa: E402
 
 # torch and SB3 are imported inside functions: the workers (forkserver) import this
 # module as their ``__main__`` and need neither.
@@ -140,12 +143,7 @@ def run_once(make_venv: Any, args: Args) -> dict[str, float]:
 
 
 def machine() -> dict[str, Any]:
-    versions = {}
-    for dist in ("gymnasium", "stable_baselines3", "torch", "mujoco", "numpy"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = package_versions(("gymnasium", "stable_baselines3", "torch", "mujoco", "numpy"))
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -29,10 +29,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ import tyro
 
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import CountingEnv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import cpu_model, package_versions  # noqa: E402
 
 __all__ = ["Args", "fit_slope", "main", "sample"]
 
@@ -140,20 +143,10 @@ def analyse(samples: list[dict[str, Any]], warmup_steps: int, flat_bytes: int) -
 
 def machine_info() -> dict[str, Any]:
     """CPU, platform and package versions."""
-    cpu_model = platform.processor()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            lines = [line for line in f if line.startswith("model name")]
-        cpu_model = lines[0].split(":", 1)[1].strip() if lines else cpu_model
-    versions = {}
-    for package in ("gymnasium", "numpy", "cloudpickle", "psutil"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
+    versions = package_versions(("gymnasium", "numpy", "cloudpickle", "psutil"))
     return {
         "cpu_count": os.cpu_count(),
-        "cpu_model": cpu_model,
+        "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "versions": versions,

@@ -46,7 +46,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,9 @@ import tyro
 from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import cpu_model, package_versions  # noqa: E402
 
 __all__ = ["Args", "Backend", "NullEnv", "main", "measure_null", "measure_throughput"]
 
@@ -583,24 +585,8 @@ def _cores() -> list[int]:
     )
 
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def machine_info() -> dict[str, Any]:
     """Cores, CPU model, Python, package versions and load: what a reader needs to compare."""
-    cpu_model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next(
-                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                cpu_model,
-            )
-    except OSError:
-        pass
     repo = Path(__file__).resolve().parents[1]
 
     def git(*argv: str) -> str | None:
@@ -628,10 +614,10 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu_count": os.cpu_count(),
         "usable_cores": len(_cores()),
-        "cpu_model": cpu_model,
+        "cpu_model": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "packages": {p: _version(p) for p in packages},
+        "packages": package_versions(packages),
         "git_commit": git("rev-parse", "--short", "HEAD"),
         "pipelined_vec_env_path": str(package_dir),
         # uncommitted edits to the measured core make the commit above a lie

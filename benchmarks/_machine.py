@@ -1,0 +1,33 @@
+"""What every benchmark records about the machine it ran on (imported by the scripts
+beside it, also when a test loads a script by its path)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable
+from importlib import metadata
+
+__all__ = ["cpu_model", "package_versions"]
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str | None]:
+    """Installed version of each distribution in ``names`` (None where not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
