@@ -34,7 +34,7 @@ from reference_trainer.agent import RolloutPolicy, obs_to_tensor
 from reference_trainer.envs import EnvFactory
 from reference_trainer.evaluation import EvalResult
 from reference_trainer.metrics import EpisodeRecord, RolloutTimings
-from reference_trainer.rollout import Rollout, stack_obs
+from reference_trainer.rollout import Rollout, action_bounds, stack_obs
 
 __all__ = ["DecoupledRolloutCollector"]
 
@@ -114,10 +114,7 @@ class DecoupledRolloutCollector:
         self.num_steps = int(num_steps)
         self.device = device
         self.num_envs = envs.num_envs
-        self.action_shape = tuple(action_space.shape)
-        self.action_dim = int(np.prod(self.action_shape))
-        self._low = np.broadcast_to(action_space.low, self.action_shape).astype(np.float32)
-        self._high = np.broadcast_to(action_space.high, self.action_shape).astype(np.float32)
+        self.action_shape, self.action_dim, self._low, self._high = action_bounds(action_space)
         self.steps_info_key = steps_info_key
         self.steps_per_decision = int(steps_per_decision)
         self.success_key = success_key

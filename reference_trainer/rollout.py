@@ -97,6 +97,15 @@ def _obs_copy(obs: NumpyObs) -> NumpyObs:
     return np.array(obs, copy=True)
 
 
+def action_bounds(action_space: Any) -> tuple[tuple[int, ...], int, np.ndarray, np.ndarray]:
+    """``(shape, flat size, low, high)`` of a Box action space; ``low``/``high`` are float32
+    arrays of that shape (the clipping bounds of the sampled actions)."""
+    shape = tuple(action_space.shape)
+    low = np.broadcast_to(action_space.low, shape).astype(np.float32)
+    high = np.broadcast_to(action_space.high, shape).astype(np.float32)
+    return shape, int(np.prod(shape)), low, high
+
+
 def stack_obs(items: list[Any]) -> NumpyObs:
     """Stack per-env observations (``info["final_obs"]`` entries, arrays or dicts of
     arrays of equal shapes) into one batch with a leading env axis."""
@@ -239,10 +248,7 @@ class RolloutCollector:
         self.stage_slices: tuple[slice, ...] = tuple(
             getattr(envs, "stage_slices", (slice(0, self.num_envs),))
         )
-        self.action_shape = tuple(action_space.shape)
-        self.action_dim = int(np.prod(self.action_shape))
-        self._low = np.broadcast_to(action_space.low, self.action_shape).astype(np.float32)
-        self._high = np.broadcast_to(action_space.high, self.action_shape).astype(np.float32)
+        self.action_shape, self.action_dim, self._low, self._high = action_bounds(action_space)
         self.steps_info_key = steps_info_key
         self.steps_per_decision = int(steps_per_decision)
         self.success_key = success_key
