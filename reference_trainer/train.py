@@ -191,6 +191,11 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         ).to(device)
         optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
         scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
+        common = {
+            "noise_seed": config.seed,
+            "steps_info_key": factory.steps_info_key,
+            "steps_per_decision": factory.steps_per_decision,
+        }
         if config.decoupled:
             collector = DecoupledRolloutCollector(
                 envs,
@@ -200,9 +205,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 num_actors=config.num_actors,
                 rollout_queue_size=config.rollout_queue_size,
                 max_wait=config.max_wait,
-                noise_seed=config.seed,
-                steps_info_key=factory.steps_info_key,
-                steps_per_decision=factory.steps_per_decision,
+                **common,
             )
         else:
             collector = RolloutCollector(
@@ -212,9 +215,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 device,
                 pipelined=config.pipelined,
                 stage_order=config.stage_order,
-                noise_seed=config.seed,
-                steps_info_key=factory.steps_info_key,
-                steps_per_decision=factory.steps_per_decision,
+                **common,
             )
         shuffle = torch.Generator()
         shuffle.manual_seed(config.seed)
