@@ -167,6 +167,18 @@ Loop = Callable[[int], int]
 """``loop(n)`` runs ``n`` vector steps' worth of env steps and returns the env steps done."""
 
 
+def _whole_env_loop(env: Any, actions: np.ndarray) -> Loop:
+    """``loop(n)``: ``n`` whole-env ``step`` calls with the pre-drawn actions; env steps done."""
+    num_envs = actions.shape[1]
+
+    def loop(n: int) -> int:
+        for i in range(n):
+            env.step(actions[i % len(actions)])
+        return n * num_envs
+
+    return loop
+
+
 def prepare_vector(env: Any, actions: np.ndarray, seed: int) -> Loop:
     """Whole-env ``step`` loop for anything with gymnasium's (or SB3's) ``step``."""
     if hasattr(env, "single_action_space"):
@@ -174,27 +186,13 @@ def prepare_vector(env: Any, actions: np.ndarray, seed: int) -> Loop:
     else:  # SB3 VecEnv
         env.seed(seed)
         env.reset()
-    num_envs = actions.shape[1]
-
-    def loop(n: int) -> int:
-        for i in range(n):
-            env.step(actions[i % len(actions)])
-        return n * num_envs
-
-    return loop
+    return _whole_env_loop(env, actions)
 
 
 def prepare_envpool_sync(env: Any, actions: np.ndarray, seed: int) -> Loop:
     """EnvPool's ``step`` on all envs (its seed is fixed by ``envpool.make(seed=...)``)."""
     env.reset()
-    num_envs = actions.shape[1]
-
-    def loop(n: int) -> int:
-        for i in range(n):
-            env.step(actions[i % len(actions)])
-        return n * num_envs
-
-    return loop
+    return _whole_env_loop(env, actions)
 
 
 def prepare_staged(env: PipelinedVectorEnv, actions: np.ndarray, seed: int) -> Loop:
