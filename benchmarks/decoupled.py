@@ -13,7 +13,7 @@ with the same ``a`` and ``b`` everywhere:
 - **staged-2**: two pipeline stages in round robin (``step_async``/``step_wait`` per
   stage), inferring one stage while the other steps. Each stage still waits for its
   slowest env.
-- **decoupled**: :class:`~pipelined_vec_env.channel.InferenceChannel` with 1, 2, 3 actors
+- **decoupled**: `InferenceChannel` with 1, 2, 3 actors
   (one device each), several ``rollout_queue_size`` values and ``max_wait`` 0, plus one
   row per actor count with a few ms of ``max_wait``. Each env goes on as soon as its own
   action is back.

@@ -2,10 +2,10 @@
 
 Measures, for one task (``libero_spatial`` task 0 by default):
 
-- **in-process**, one :class:`~pipelined_vec_env.libero.env.LiberoEnv`: build time, reset
+- **in-process**, one `LiberoEnv`: build time, reset
   time (robosuite reset + exact init-state restore + 10 settle steps) and step time
   (random actions in [-1, 1]), state-only and with both 128x128 cameras;
-- **in workers**: ``num_envs`` envs in a :class:`~pipelined_vec_env.PipelinedVectorEnv`
+- **in workers**: ``num_envs`` envs in a `PipelinedVectorEnv`
   (one worker per env), wall time per vector ``step`` / ``reset`` and the resulting
   env steps per second; state-only by default, cameras with ``--workers-cameras``.
 

@@ -1,7 +1,7 @@
 """Soak test: a long staged run whose memory and file descriptors must stay flat.
 
-Steps tiny envs (:class:`~pipelined_vec_env.debug_envs.CountingEnv`, short episodes, so
-autoresets and info merging happen all the time) through a :class:`PipelinedVectorEnv`
+Steps tiny envs (`CountingEnv`, short episodes, so
+autoresets and info merging happen all the time) through a `PipelinedVectorEnv`
 with several stages, the way a pipelined trainer does (``step_async`` on every stage,
 then ``step_wait`` per stage), with a stage reset and a ``call`` now and then. Through
 the run it samples:

@@ -126,7 +126,7 @@ class NullEnv(gym.Env):
         return self._obs, 0.0, False, False, {}
 
 
-#: The echo loop of :class:`PipeEcho`, run with the builtin ``exec`` as the process target:
+#: The echo loop of `PipeEcho`, run with the builtin ``exec`` as the process target:
 #: a builtin pickles by reference, so this works even when this file is not importable by
 #: name in the child (the tests load it from its path).
 _ECHO_LOOP = """
@@ -152,7 +152,7 @@ class Backend:
         build: Makes the vector env (a fresh one per round).
         prepare: ``prepare(env, actions, seed)`` resets the env and returns its step
             loop.
-        results: One dict per round (see :func:`timed`).
+        results: One dict per round (see `timed`).
     """
 
     name: str
@@ -449,7 +449,7 @@ def run_rounds(
         warmup: Vector steps run before each timing.
 
     Returns:
-        One list of :func:`timed` results per entry name, one result per round.
+        One list of `timed` results per entry name, one result per round.
     """
     envs: dict[str, Any] = {}
     loops: dict[str, Loop] = {}

@@ -1,7 +1,7 @@
 """Per-space helpers for batches: slicing, joining and stacking batches; converting and
 checking actions.
 
-Batches follow gymnasium's layout (:func:`gymnasium.vector.utils.batch_space`): a Box,
+Batches follow gymnasium's layout (`gymnasium.vector.utils.batch_space`): a Box,
 Discrete, MultiDiscrete or MultiBinary batch is one array whose first axis is the env; a
 Dict batch is a dict of batches; a Tuple batch is a tuple of batches; other spaces (Text,
 Graph, Sequence, OneOf) batch as a tuple with one item per env.
@@ -85,7 +85,7 @@ def stack_batches(space: spaces.Space, batches: list[Any]) -> Any:
 
 @singledispatch
 def swap_leading_axes(space: spaces.Space, stacked: Any) -> Any:
-    """Swap the two leading axes of a :func:`stack_batches` result: ``[a][b]`` -> ``[b][a]``."""
+    """Swap the two leading axes of a `stack_batches` result: ``[a][b]`` -> ``[b][a]``."""
     return tuple(zip(*stacked, strict=True))
 
 
@@ -162,7 +162,7 @@ def check_actions(space: spaces.Space, actions: Any, n: int, name: str = "action
 
     Args:
         space: The single-env action space.
-        actions: The batch (numpy arrays; see :func:`to_numpy` for tensors).
+        actions: The batch (numpy arrays; see `to_numpy` for tensors).
         n: Number of envs the batch must cover.
         name: How the batch is named in error messages.
 

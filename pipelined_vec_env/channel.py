@@ -1,6 +1,6 @@
 """Decoupled inference: env workers post to a shared channel; several actors batch and reply.
 
-Each worker process of a :class:`~pipelined_vec_env.PipelinedVectorEnv` is an
+Each worker process of a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] is an
 independent producer: whenever some of its envs finish a step, the driving thread posts
 them to the channel as one *env batch*. Any idle inference actor (a thread with its own
 policy replica or device) takes one or more posted env batches, runs its policy on them
@@ -10,7 +10,7 @@ own env, not a whole synchronous batch.
 
 This is RLinf's env decoupled mode (``runner.enable_decoupled_mode``, with its
 ``rollout_queue_size``) built on the EnvPool-style ``async_reset`` / ``recv`` / ``send``
-of :class:`~pipelined_vec_env.PipelinedVectorEnv`, with Sample Factory's dynamic
+of [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv], with Sample Factory's dynamic
 batching (Petrenko et al., 2020, "Sample Factory: Egocentric 3D Control from Pixels at
 100000 FPS with Asynchronous Reinforcement Learning"): an actor waits at most
 ``max_wait`` seconds for more requests after the first one, then runs what it has.
@@ -169,15 +169,15 @@ class EnvTrajectory:
 
 @dataclass
 class DecoupledRollout:
-    """The result of :meth:`InferenceChannel.run`.
+    """The result of [`InferenceChannel.run`][pipelined_vec_env.channel.InferenceChannel.run].
 
     Attributes:
         steps: ``(num_envs,)`` int64 steps each env took during the run.
         final_obs: A batch of ``num_envs`` observations in env order: each env's latest
             observation, on which its next action will be computed (bootstrap it).
-        trajectories: One :class:`EnvTrajectory` per env in env order, or None when the
+        trajectories: One [`EnvTrajectory`][pipelined_vec_env.channel.EnvTrajectory] per env in env order, or None when the
             run did not record.
-        actor_stats: One :class:`ActorStats` per actor for this run.
+        actor_stats: One [`ActorStats`][pipelined_vec_env.channel.ActorStats] per actor for this run.
         turnaround: Seconds from each env batch's arrival in the driver to its actions
             being sent back (queue wait + inference + hand-over).
         wall_seconds: Duration of the run.
@@ -271,8 +271,8 @@ def take_requests(requests: queue.Queue[Any], limit: int, max_wait: float) -> tu
     at most ``max_wait`` seconds after the first for more (0: only what is queued).
 
     Args:
-        requests: The channel's request queue (a :class:`queue.Queue`; see the note in
-            :class:`InferenceChannel` on why not ``SimpleQueue``).
+        requests: The channel's request queue (a `queue.Queue`; see the note in
+            [`InferenceChannel`][pipelined_vec_env.channel.InferenceChannel] on why not ``SimpleQueue``).
         limit: Most items to take (>= 1).
         max_wait: Seconds to wait for more after the first.
 
@@ -299,21 +299,21 @@ def take_requests(requests: queue.Queue[Any], limit: int, max_wait: float) -> tu
 
 
 class InferenceChannel:
-    """A channel between the workers of a :class:`PipelinedVectorEnv` and inference actors.
+    """A channel between the workers of a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] and inference actors.
 
-    The calling thread drives the run (:meth:`reset`, :meth:`run`); it alone calls
+    The calling thread drives the run ([`reset`][pipelined_vec_env.channel.InferenceChannel.reset], [`run`][pipelined_vec_env.channel.InferenceChannel.run]); it alone calls
     ``envs.recv`` / ``envs.send``. Each policy runs in its own daemon thread (an actor).
     Whenever envs of one worker finish a step, their observations are posted as one env
     batch; an idle actor takes up to ``rollout_queue_size`` env batches (waiting at most
     ``max_wait`` seconds after the first for more), runs its policy on them as one batch,
     and the driver routes each action back to the env it belongs to.
 
-    Each env takes exactly ``steps_per_env`` steps per :meth:`run`, at its own pace, so a
+    Each env takes exactly ``steps_per_env`` steps per [`run`][pipelined_vec_env.channel.InferenceChannel.run], at its own pace, so a
     run's per-env trajectories are what a synchronous loop of ``steps_per_env`` steps
-    would produce for a policy that decides per observation (see :meth:`run`). Between
+    would produce for a policy that decides per observation (see [`run`][pipelined_vec_env.channel.InferenceChannel.run]). Between
     runs every env waits with its latest observation; the next run continues from it.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> import numpy as np
         >>> from pipelined_vec_env import PipelinedVectorEnv
@@ -331,7 +331,7 @@ class InferenceChannel:
     Args:
         envs: The vector env. Its worker processes are the producers; stages do not
             matter (any ``num_stages``).
-        policies: One policy per actor (see :data:`Policy`), each a replica on its own
+        policies: One policy per actor (see `Policy`), each a replica on its own
             device or sharing one thread-safe model.
         rollout_queue_size: Most env batches an actor merges into one policy call; 0 means
             ``ceil(env workers / actors)``. Small values cut waiting; large ones fill
@@ -507,7 +507,7 @@ class InferenceChannel:
         options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Reset every env (``envs.async_reset``); the next :meth:`run` starts from there.
+        """Reset every env (``envs.async_reset``); the next [`run`][pipelined_vec_env.channel.InferenceChannel.run] starts from there.
 
         Results still in flight from a failed run are received and dropped first, and
         requests still queued are discarded, so a channel is reusable after an error that
@@ -561,7 +561,7 @@ class InferenceChannel:
             steps_per_env: Steps each env takes (>= 1).
             record: Keep every transition and return per-env trajectories (training);
                 False keeps only counts and the final observations (evaluation).
-            on_transition: Called in this thread with each :class:`Transition` as it
+            on_transition: Called in this thread with each [`Transition`][pipelined_vec_env.channel.Transition] as it
                 completes (per env in order; across envs in arrival order).
             episodes_per_env: Also stop an env after it finished this many episodes.
             env_ids: Only these envs take part (None: all); the others keep waiting with
@@ -570,11 +570,11 @@ class InferenceChannel:
                 waits while the workers are alive.
 
         Returns:
-            A :class:`DecoupledRollout`.
+            A [`DecoupledRollout`][pipelined_vec_env.channel.DecoupledRollout].
 
         Raises:
             RuntimeError: Closed, never reset, or broken by an earlier failure (call
-                :meth:`reset`).
+                [`reset`][pipelined_vec_env.channel.InferenceChannel.reset]).
             ValueError: Bad ``steps_per_env`` / ``episodes_per_env``, or actions that do
                 not fit the action space.
             WaitTimeoutError: Nothing happened within ``timeout`` seconds.

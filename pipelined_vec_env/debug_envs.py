@@ -1,13 +1,13 @@
 """Small envs whose behaviour is obvious, for tests, examples and benchmarks.
 
-- :class:`CountingEnv`: the observation holds the env's id and step count, episodes end
+- [`CountingEnv`][pipelined_vec_env.debug_envs.CountingEnv]: the observation holds the env's id and step count, episodes end
   after a per-env length, infos carry keys that appear only on some steps. Equivalence
   with ``SyncVectorEnv`` is easy to read off.
-- :class:`FaultyEnv`: an env that raises, exits, is killed or sleeps when told to by its
+- [`FaultyEnv`][pipelined_vec_env.debug_envs.FaultyEnv]: an env that raises, exits, is killed or sleeps when told to by its
   action, to exercise error handling.
-- :class:`EchoEnv`: an env that echoes its id, its step count and the last action it
+- [`EchoEnv`][pipelined_vec_env.debug_envs.EchoEnv]: an env that echoes its id, its step count and the last action it
   executed, after a random sleep, to prove routing under varying latencies.
-- :class:`BusyEnv`: a CPU-bound env whose step burns a fixed CPU time (calibrated to a
+- [`BusyEnv`][pipelined_vec_env.debug_envs.BusyEnv]: a CPU-bound env whose step burns a fixed CPU time (calibrated to a
   simulator's step time, e.g. LIBERO's ~10 ms), for pipelining benchmarks.
 """
 
@@ -143,8 +143,8 @@ class FaultyEnv(gym.Env):
     """An env that misbehaves on command.
 
     Action (``Discrete(7)``): 0 normal step; 1 raise ``ValueError``; 2 ``os._exit(3)``;
-    3 ``SIGKILL`` itself; 4 sleep ``sleep_seconds``; 5 raise :class:`OddConstructorError`;
-    6 raise :class:`UnpicklableError`. The observation is the step count (float32 ``(1,)``).
+    3 ``SIGKILL`` itself; 4 sleep ``sleep_seconds``; 5 raise [`OddConstructorError`][pipelined_vec_env.debug_envs.OddConstructorError];
+    6 raise [`UnpicklableError`][pipelined_vec_env.debug_envs.UnpicklableError]. The observation is the step count (float32 ``(1,)``).
 
     Args:
         sleep_seconds: Duration of action 4, in seconds.

@@ -5,7 +5,7 @@ caller receives the results of whichever envs are ready (``recv``), and sends ac
 any subset of the envs it received (``send``). A worker holding several envs may have
 several commands queued; its answers come back in order. This is the single-consumer API
 of EnvPool (Weng et al., 2022, "EnvPool: A Highly Parallel Reinforcement Learning
-Environment Execution Engine"), the base that :mod:`pipelined_vec_env.channel` builds
+Environment Execution Engine"), the base that `pipelined_vec_env.channel` builds
 RLinf-style multi-actor inference on.
 """
 
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 class DecoupledState:
-    """Per-env bookkeeping of decoupled stepping for one :class:`PipelinedVectorEnv`.
+    """Per-env bookkeeping of decoupled stepping for one [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv].
 
     Attributes:
         in_flight: Global ids of envs with a command in flight.
@@ -288,7 +288,7 @@ class DecoupledState:
 
         Envs whose command was lost get a truncated result at once; the others (results
         received or ready) get it at their next ``send``. The semantics are those of
-        stage stepping (``max_restarts`` in :class:`~pipelined_vec_env.PipelinedVectorEnv`).
+        stage stepping (``max_restarts`` in [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv]).
 
         Raises:
             WorkerCrashedError / the env's exception: The rebuilt worker failed to start

@@ -1,8 +1,8 @@
-"""Errors raised by :class:`~pipelined_vec_env.PipelinedVectorEnv`.
+"""Errors raised by [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv].
 
 Worker exceptions are re-raised in the caller with their original type and the worker's
 formatted traceback attached as ``__cause__`` (the convention of
-:mod:`concurrent.futures`). These classes cover what cannot be expressed that way.
+`concurrent.futures`). These classes cover what cannot be expressed that way.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def _rebuild_stage_failed(stage: int, text: str) -> StageFailedError:
 class WaitTimeoutError(multiprocessing.TimeoutError, TimeoutError):
     """A wait ran past its ``timeout``; the call stays in flight.
 
-    It is both :class:`multiprocessing.TimeoutError` (what gymnasium's
-    ``AsyncVectorEnv`` raises) and the builtin :class:`TimeoutError`. A later wait on the
+    It is both `multiprocessing.TimeoutError` (what gymnasium's
+    ``AsyncVectorEnv`` raises) and the builtin `TimeoutError`. A later wait on the
     same stage returns the call's real result.
     """

@@ -1,18 +1,18 @@
 """Ray backend: each worker is a Ray actor, so envs can run on any node of a Ray cluster.
 
-``PipelinedVectorEnv(..., backend="ray")`` builds one :class:`RayWorkerHandle` per worker
-instead of a subprocess :class:`~pipelined_vec_env.worker_handle.WorkerHandle`. The actor
-(:class:`EnvWorkerActor`) owns the same ``_WorkerEnvs`` as a subprocess worker and answers
+``PipelinedVectorEnv(..., backend="ray")`` builds one `RayWorkerHandle` per worker
+instead of a subprocess [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle]. The actor
+(`EnvWorkerActor`) owns the same ``_WorkerEnvs`` as a subprocess worker and answers
 the same commands with the same ``("ok", payload)`` / ``("error", info)`` answers, so the
 stages, decoupled stepping, errors, ``max_restarts`` and ``step_deadline`` of the core work
 unchanged on top of it:
 
 - Each command is one actor method call; its ``ObjectRef`` is the pending answer. Actor
   calls from one caller run in submission order, like messages on a pipe.
-- Waiting is :func:`ray.wait` on the outstanding refs, with the caller's timeout.
+- Waiting is `ray.wait` on the outstanding refs, with the caller's timeout.
 - A dead actor (``ray.kill``, a crashed process, a lost node) resolves its refs with
-  :class:`ray.exceptions.RayActorError`; that becomes the ``("crashed", None)`` answer a
-  dead subprocess gives, hence :class:`~pipelined_vec_env.WorkerCrashedError` or a restart.
+  `ray.exceptions.RayActorError`; that becomes the ``("crashed", None)`` answer a
+  dead subprocess gives, hence [`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError] or a restart.
 - Observations travel as return values through Ray's object store (no shared memory: the
   envs may live on another machine).
 
@@ -50,7 +50,7 @@ class RayOptions:
     """How the env actors are placed on a Ray cluster.
 
     Attributes:
-        address: Ray address for :func:`ray.init` when Ray is not initialised yet
+        address: Ray address for `ray.init` when Ray is not initialised yet
             (``"auto"``, ``"ray://head:10001"``, ...); None: the ``RAY_ADDRESS`` variable
             or a new local instance. Ignored when ``ray.init`` was already called.
         num_cpus: CPUs each worker actor reserves (fractions allowed). One worker holds
@@ -59,7 +59,7 @@ class RayOptions:
         memory: Bytes of memory each actor reserves, or None.
         resources: Custom resources each actor reserves, e.g. ``{"sim_node": 1}`` to keep
             simulators on nodes started with ``ray start --resources='{"sim_node": 8}'``.
-        placement_group: A :class:`ray.util.placement_group.PlacementGroup` to place the
+        placement_group: A `ray.util.placement_group.PlacementGroup` to place the
             actors in; worker ``k`` goes to bundle ``bundle_indices[k]`` (default ``k``).
             Each bundle must hold the actor's request (``num_cpus`` ...).
         bundle_indices: Bundle per worker (global worker order), or None for ``k``.
@@ -177,9 +177,9 @@ def ensure_ray(options: RayOptions, num_workers: int) -> None:
 class EnvWorkerActor:
     """The Ray actor of one worker: builds its envs and serves the worker commands.
 
-    Made a Ray actor class with :func:`ray.remote` when first used (see
-    :func:`_actor_class`). Its methods return the subprocess protocol's answers (see
-    :mod:`pipelined_vec_env.worker`); env exceptions come back as ``("error", info)``.
+    Made a Ray actor class with `ray.remote` when first used (see
+    `_actor_class`). Its methods return the subprocess protocol's answers (see
+    [`pipelined_vec_env.worker`][pipelined_vec_env.worker]); env exceptions come back as ``("error", info)``.
 
     Args:
         worker_index: This worker's index (for messages).
@@ -324,15 +324,15 @@ class _RefConnection:
 class RayWorkerHandle:
     """The caller's side of one worker running as a Ray actor.
 
-    Same interface as :class:`~pipelined_vec_env.worker_handle.WorkerHandle` for the
+    Same interface as [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] for the
     core (``send``, ``take``, ``restart``, ``close``, ``kill_for_deadline``, ``pending``,
     ``answer``, ``dead``, ``restarts``, ``sent_at``, ``deadline_exceeded``, ``process``,
     ``conn``). Answers are ``ObjectRef``\\ s queued in ``refs`` in submission order.
 
     Attributes:
-        backend: ``"ray"`` (how :func:`~pipelined_vec_env.worker_handle.receive_ready`
+        backend: ``"ray"`` (how [`receive_ready`][pipelined_vec_env.worker_handle.receive_ready]
             picks its wait).
-        actor: The current actor handle (replaced by :meth:`restart`).
+        actor: The current actor handle (replaced by `restart`).
         refs: Outstanding answer refs, oldest first.
     """
 

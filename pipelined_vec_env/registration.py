@@ -1,12 +1,12 @@
-"""``gymnasium.make_vec``-style construction of :class:`PipelinedVectorEnv`.
+"""``gymnasium.make_vec``-style construction of [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv].
 
 Two ways in:
 
-- :func:`make_vec` mirrors :func:`gymnasium.make_vec` (same ``id``, ``num_envs``,
+- [`make_vec`][pipelined_vec_env.make_vec] mirrors `gymnasium.make_vec` (same ``id``, ``num_envs``,
   ``vector_kwargs``, ``wrappers`` and env ``**kwargs``) plus ``num_stages`` and
-  ``envs_per_worker``, and always returns a :class:`PipelinedVectorEnv`.
-- :func:`register` registers an id with gymnasium whose ``vector_entry_point`` builds a
-  :class:`PipelinedVectorEnv`, so :func:`gymnasium.make_vec` itself returns one.
+  ``envs_per_worker``, and always returns a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv].
+- [`register`][pipelined_vec_env.register] registers an id with gymnasium whose ``vector_entry_point`` builds a
+  [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv], so `gymnasium.make_vec` itself returns one.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def make_vec(
     wrappers: Sequence[Callable[[Env], Wrapper]] | None = None,
     **kwargs: Any,
 ) -> PipelinedVectorEnv:
-    """Create a :class:`PipelinedVectorEnv` of ``num_envs`` copies of a registered env.
+    """Create a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] of ``num_envs`` copies of a registered env.
 
-    Example:
+    Examples:
         >>> import pipelined_vec_env
         >>> envs = pipelined_vec_env.make_vec("CartPole-v1", 4, num_stages=2)
         >>> envs.stage_slices
@@ -55,15 +55,15 @@ def make_vec(
         >>> envs.close()
 
     Args:
-        id: A registered env id (``"module:Env-v0"`` works) or an :class:`EnvSpec`; the
+        id: A registered env id (``"module:Env-v0"`` works) or an `EnvSpec`; the
             ``spec`` of a vector env made here recreates it.
         num_envs: Number of envs.
-        num_stages: Pipeline stages (see :class:`PipelinedVectorEnv`).
+        num_stages: Pipeline stages (see [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv]).
         envs_per_worker: Envs per worker process.
-        vector_kwargs: Other :class:`PipelinedVectorEnv` keyword arguments
+        vector_kwargs: Other [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] keyword arguments
             (``autoreset_mode``, ``context``, ``cpu_affinity`` ...).
         wrappers: Wrapper constructors applied, in order, to each env inside its worker.
-        **kwargs: Passed to :func:`gymnasium.make` for each env.
+        **kwargs: Passed to `gymnasium.make` for each env.
 
     Returns:
         The vector env; its ``spec`` holds the arguments needed to rebuild it.
@@ -97,12 +97,12 @@ def make_vec(
 
 
 def vector_entry_point(env_id: str, num_envs: int = 1, **kwargs: Any) -> PipelinedVectorEnv:
-    """Build a :class:`PipelinedVectorEnv` for ``gymnasium.make_vec``'s ``vector_entry_point``.
+    """Build a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] for ``gymnasium.make_vec``'s ``vector_entry_point``.
 
-    Keyword arguments named like :class:`PipelinedVectorEnv` parameters (``num_stages``,
+    Keyword arguments named like [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] parameters (``num_stages``,
     ``envs_per_worker``, ``autoreset_mode`` ...) configure the vector env; the rest go to
-    each env's :func:`gymnasium.make`. Bind ``env_id`` with :func:`functools.partial`, or
-    use :func:`register`.
+    each env's `gymnasium.make`. Bind ``env_id`` with `functools.partial`, or
+    use [`register`][pipelined_vec_env.register].
     """
     vector = {k: kwargs.pop(k) for k in list(kwargs) if k in _VECTOR_ARGS}
     spec = copy.deepcopy(gym.spec(env_id))
@@ -111,9 +111,9 @@ def vector_entry_point(env_id: str, num_envs: int = 1, **kwargs: Any) -> Pipelin
 
 def register(id: str, entry_point: Any, **register_kwargs: Any) -> None:
     """Register ``id`` with gymnasium so that ``gymnasium.make_vec(id, n)`` returns a
-    :class:`PipelinedVectorEnv` (and ``gymnasium.make(id)`` one env, as usual).
+    [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] (and ``gymnasium.make(id)`` one env, as usual).
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> import pipelined_vec_env
         >>> pipelined_vec_env.register(
@@ -129,7 +129,7 @@ def register(id: str, entry_point: Any, **register_kwargs: Any) -> None:
     Args:
         id: The new env id.
         entry_point: The single env's entry point (class, callable or ``"module:Class"``).
-        **register_kwargs: Passed to :func:`gymnasium.register` (``max_episode_steps``,
+        **register_kwargs: Passed to `gymnasium.register` (``max_episode_steps``,
             ``kwargs`` ...).
     """
     gym.register(

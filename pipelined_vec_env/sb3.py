@@ -1,9 +1,9 @@
-"""Stable-Baselines3 adapter: a :class:`PipelinedVectorEnv` behind SB3's ``VecEnv`` API.
+"""Stable-Baselines3 adapter: a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] behind SB3's ``VecEnv`` API.
 
 SB3 is an optional extra (``pip install pipelined-vec-env[sb3]``); this is the only module
 that imports it.
 
-Example:
+Examples:
     >>> import gymnasium as gym
     >>> from stable_baselines3 import PPO
     >>> from pipelined_vec_env.sb3 import SB3VecEnv
@@ -68,7 +68,7 @@ def split_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
     Returns:
         A list of ``num_envs`` dicts.
 
-    Example:
+    Examples:
         >>> split_infos({"a": np.array([1, 0]), "_a": np.array([True, False])}, 2)
         [{'a': 1}, {}]
     """
@@ -128,13 +128,13 @@ def _wrapper_check(wrapper_class: type) -> _SentByValue:
 
 
 class SB3VecEnv(VecEnv):
-    """A :class:`~pipelined_vec_env.PipelinedVectorEnv` with Stable-Baselines3's ``VecEnv`` API.
+    """A [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] with Stable-Baselines3's ``VecEnv`` API.
 
     Behaves like SB3's ``SubprocVecEnv``: envs autoreset in the step that ends their
     episode; the info of that step holds ``"terminal_observation"``; every step's info
     holds ``"TimeLimit.truncated"`` (truncated and not terminated); ``reset_infos[i]`` is
-    env ``i``'s info from its latest reset; seeds set with :meth:`seed` and options set
-    with :meth:`set_options` apply to the next :meth:`reset` only.
+    env ``i``'s info from its latest reset; seeds set with `seed` and options set
+    with `set_options` apply to the next `reset` only.
 
     Observations come in gymnasium's batched layout, which for SB3's spaces (Box,
     Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple of those) is the same as SB3's:
@@ -145,7 +145,7 @@ class SB3VecEnv(VecEnv):
         envs: Either env constructors (cloudpickled into the workers, lambdas work), from
             which a ``PipelinedVectorEnv`` with ``SAME_STEP`` autoreset is built with
             ``pipelined_kwargs``; or an existing ``PipelinedVectorEnv`` that uses
-            ``AutoresetMode.SAME_STEP``. The adapter owns it: :meth:`close` closes it.
+            ``AutoresetMode.SAME_STEP``. The adapter owns it: `close` closes it.
         **pipelined_kwargs: Keyword arguments of ``PipelinedVectorEnv`` (``num_stages``,
             ``envs_per_worker``, ``context``, ``cpu_affinity``, ...), only with env
             constructors.
@@ -240,7 +240,7 @@ class SB3VecEnv(VecEnv):
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:
-        """Wait for the step sent by :meth:`step_async`.
+        """Wait for the step sent by `step_async`.
 
         Returns:
             ``(observations, rewards, dones, infos)``: observations after autoreset;

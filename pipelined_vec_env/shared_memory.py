@@ -1,10 +1,10 @@
 """Observation buffers in named POSIX shared memory, laid out by gymnasium.
 
-gymnasium's :func:`~gymnasium.vector.utils.create_shared_memory` takes a ``ctx`` whose
+gymnasium's `gymnasium.vector.utils.create_shared_memory` takes a ``ctx`` whose
 ``Array(typecode, size)`` allocates each leaf buffer. Its own buffers
 (``multiprocessing.Array``) can only reach a child at process start, but our workers
 report their spaces *after* they start (envs are only ever built inside workers). So we
-hand gymnasium an allocator of :class:`multiprocessing.shared_memory.SharedMemory`
+hand gymnasium an allocator of `multiprocessing.shared_memory.SharedMemory`
 segments, which pickle by name and can be sent to a running worker. Layout, reads and
 writes stay gymnasium's (``read_from_shared_memory`` / ``write_to_shared_memory``).
 """
@@ -65,7 +65,7 @@ class SharedArray:
 
 class SharedMemoryAllocator:
     """The ``ctx`` argument for gymnasium's ``create_shared_memory``: allocates
-    :class:`SharedArray` buffers and remembers them so they can be released."""
+    [`SharedArray`][pipelined_vec_env.shared_memory.SharedArray] buffers and remembers them so they can be released."""
 
     def __init__(self) -> None:
         self.arrays: list[SharedArray] = []
@@ -86,7 +86,7 @@ def create_observation_buffers(
 
     Returns:
         ``(buffers, arrays)`` where ``buffers`` is gymnasium's nested structure of
-        :class:`SharedArray` and ``arrays`` lists every segment (to release them), or
+        [`SharedArray`][pipelined_vec_env.shared_memory.SharedArray] and ``arrays`` lists every segment (to release them), or
         ``None`` when the space has no shared memory layout (Graph, Sequence, custom
         spaces): observations then travel through the pipe.
     """

@@ -1,7 +1,7 @@
 """The stage scheduler: how envs split into stages and workers, and each stage's call state.
 
 Envs ``[0, num_envs)`` split into ``num_stages`` contiguous slices the way
-:func:`numpy.array_split` splits (sizes differ by at most one, larger ones first); each
+`numpy.array_split` splits (sizes differ by at most one, larger ones first); each
 stage's envs split the same way over ``ceil(stage_size / envs_per_worker)`` workers. A
 stage has at most one call in flight (``step``, ``reset``, ``call`` or ``set_attr``), its
 own failure flag, and its own answers, so one stage can reset while another steps and a
@@ -34,7 +34,7 @@ __all__ = ["Stage", "split_range", "wait_any_stage"]
 def split_range(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     """Split ``[start, stop)`` into ``parts`` contiguous ranges like ``np.array_split``.
 
-    Example:
+    Examples:
         >>> split_range(0, 7, 3)
         [(0, 3), (3, 5), (5, 7)]
     """
@@ -121,7 +121,7 @@ class Stage:
     def finish(self) -> tuple[list[tuple[WorkerHandle, Any]], BaseException | None]:
         """Consume the answers of the call in flight and return the stage to idle.
 
-        Must be called once every worker answered (see :func:`receive_all`).
+        Must be called once every worker answered (see [`receive_all`][pipelined_vec_env.worker_handle.receive_all]).
 
         Returns:
             ``(results, error)``: ``(worker, payload)`` for each worker that answered
@@ -191,6 +191,6 @@ def wait_any_stage(stages: list[Stage], timeout: float | None) -> int:
 
 
 def check_startable(stages: list[Stage], op: str, whole: bool) -> None:
-    """Run :meth:`Stage.begin` on each stage (all checks before any worker is touched)."""
+    """Run [`Stage.begin`][pipelined_vec_env.stages.Stage.begin] on each stage (all checks before any worker is touched)."""
     for stage in stages:
         stage.begin(op, whole)

@@ -130,15 +130,16 @@ class PipelinedVectorEnv(VectorEnv):
     policy can infer on one stage while the simulators of the others step. With
     ``stage=None`` (the default) every method behaves like gymnasium's vector envs, so code
     that knows nothing of stages works unchanged and gets results identical to
-    :class:`gymnasium.vector.SyncVectorEnv`.
+    `gymnasium.vector.SyncVectorEnv`.
 
     Envs split into stages like ``np.array_split`` (contiguous, sizes differ by at most
     one); each stage's envs split the same way over ``ceil(stage_size / envs_per_worker)``
     worker processes. Observations go through shared memory where the space allows
     (gymnasium's layout), through the pipe otherwise; infos travel through the pipe.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
+        >>> import numpy as np
         >>> from pipelined_vec_env import PipelinedVectorEnv
         >>> envs = PipelinedVectorEnv(
         ...     [lambda: gym.make("CartPole-v1") for _ in range(4)], num_stages=2
@@ -164,7 +165,7 @@ class PipelinedVectorEnv(VectorEnv):
         shared_memory: Put observations in shared memory when the space allows it.
         copy: Return copies of the observations (else views into buffers that the next
             call overwrites).
-        autoreset_mode: gymnasium's :class:`~gymnasium.vector.AutoresetMode` (or its
+        autoreset_mode: gymnasium's `gymnasium.vector.AutoresetMode` (or its
             string value), applied inside the workers.
         observation_mode: ``"same"``, ``"different"`` (envs whose observation spaces
             differ in bounds but share shape and dtype) or a tuple ``(batched_space,
@@ -180,7 +181,7 @@ class PipelinedVectorEnv(VectorEnv):
             that dies, overruns ``step_deadline`` or raises during ``step``/``reset`` is
             rebuilt from its env fns and its envs reset; their episodes end with
             ``truncated=True`` and ``info["worker_restarted"]=True``; past the bound the
-            failure is raised (:class:`WorkerCrashedError` for a dead worker).
+            failure is raised ([`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError] for a dead worker).
         step_deadline: Seconds a worker may take to answer a ``step``/``reset`` (counted
             from the send; in decoupled stepping from when the worker could start the
             command); a worker past it is killed and handled as a crash (restart or
@@ -191,7 +192,7 @@ class PipelinedVectorEnv(VectorEnv):
             (``shared_memory`` is ignored) and ``context``, ``cpu_affinity`` and
             ``daemon`` do not apply. See ``docs/ray.md``.
         ray_options: With ``backend="ray"``: a dict or
-            :class:`~pipelined_vec_env.ray_backend.RayOptions` (per-worker ``num_cpus``,
+            `RayOptions` (per-worker ``num_cpus``,
             ``num_gpus``, ``resources``, ``placement_group``/``bundle_indices`` or
             ``node_ids``, ``address`` ...). Must be None otherwise.
 
@@ -517,7 +518,7 @@ class PipelinedVectorEnv(VectorEnv):
         """Per-env seeds, per-env options and the reset mask for a reset of ``envs``.
 
         Raises:
-            ValueError / TypeError: Bad ``seed`` or ``options`` (see :meth:`reset_async`).
+            ValueError / TypeError: Bad ``seed`` or ``options`` (see [`reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async]).
         """
         n = envs.stop - envs.start
         if seed is None:
@@ -615,7 +616,7 @@ class PipelinedVectorEnv(VectorEnv):
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset every env (all stages); see :meth:`reset_async` for ``seed``/``options``.
+        """Reset every env (all stages); see [`reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async] for ``seed``/``options``.
 
         Returns:
             ``(observations, infos)`` batched over all ``num_envs`` envs.
@@ -674,7 +675,7 @@ class PipelinedVectorEnv(VectorEnv):
     def reset_wait(
         self, stage: int | None = None, timeout: float | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Wait for the reset started by :meth:`reset_async` with the same ``stage``.
+        """Wait for the reset started by [`reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async] with the same ``stage``.
 
         Args:
             stage: The stage, or None for a whole-env reset.
@@ -746,7 +747,7 @@ class PipelinedVectorEnv(VectorEnv):
     def step_wait(
         self, stage: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Wait for the step started by :meth:`step_async` with the same ``stage``.
+        """Wait for the step started by [`step_async`][pipelined_vec_env.PipelinedVectorEnv.step_async] with the same ``stage``.
 
         Args:
             stage: The stage, or None for a whole-env step.
@@ -788,7 +789,7 @@ class PipelinedVectorEnv(VectorEnv):
     def wait_any(self, timeout: float | None = None) -> int:
         """Block until some stage's call in flight has completed and return that stage.
 
-        Use it to serve whichever stage finishes first::
+        Use it to serve whichever stage finishes first:
 
             s = envs.wait_any()
             obs, rew, term, trunc, info = envs.step_wait(stage=s)
@@ -812,9 +813,9 @@ class PipelinedVectorEnv(VectorEnv):
     ) -> None:
         """Start resetting every env for decoupled stepping (EnvPool's ``async_reset``).
 
-        Afterwards, :meth:`recv` returns the results of whichever envs are ready and
-        :meth:`send` steps any subset of the received envs; every env advances at its own
-        pace. ``seed`` and ``options`` work as in :meth:`reset_async` (``reset_mask`` is
+        Afterwards, [`recv`][pipelined_vec_env.PipelinedVectorEnv.recv] returns the results of whichever envs are ready and
+        [`send`][pipelined_vec_env.PipelinedVectorEnv.send] steps any subset of the received envs; every env advances at its own
+        pace. ``seed`` and ``options`` work as in [`reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async] (``reset_mask`` is
         not supported here). Autoreset follows ``autoreset_mode``.
 
         Raises:
@@ -835,7 +836,7 @@ class PipelinedVectorEnv(VectorEnv):
             ids. A reset's result has reward 0 and no termination. Counts are in envs.
 
         Raises:
-            NoAsyncCallError: No :meth:`async_reset` first.
+            NoAsyncCallError: No [`async_reset`][pipelined_vec_env.PipelinedVectorEnv.async_reset] first.
             ValueError: ``batch_size`` larger than the envs in flight.
             WaitTimeoutError: Fewer than ``batch_size`` results within ``timeout``
                 seconds; what arrived stays queued for the next ``recv``.
@@ -844,12 +845,12 @@ class PipelinedVectorEnv(VectorEnv):
                 others go on. Within the bound the worker is rebuilt here instead: its
                 envs whose step was lost are returned with ``truncated=True`` and
                 ``info["worker_restarted"]``; a sibling not in flight gets that result
-                from its next :meth:`send` (docs/fault_tolerance.md).
+                from its next [`send`][pipelined_vec_env.PipelinedVectorEnv.send] (docs/fault_tolerance.md).
         """
         return self._decoupled.recv(batch_size, timeout)
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
-        """Send actions to envs returned by :meth:`recv` and not yet sent (any subset).
+        """Send actions to envs returned by [`recv`][pipelined_vec_env.PipelinedVectorEnv.recv] and not yet sent (any subset).
 
         Args:
             actions: A batch with one action per id, in gymnasium's batched layout (numpy
@@ -881,7 +882,7 @@ class PipelinedVectorEnv(VectorEnv):
         *args: Any,
         **kwargs: Any,
     ) -> tuple[Any, ...]:
-        """Like :meth:`call` but only on the envs ``env_indices`` (global; None: all).
+        """Like [`call`][pipelined_vec_env.PipelinedVectorEnv.call] but only on the envs ``env_indices`` (global; None: all).
 
         ``name`` may also be a picklable function, called in the worker as
         ``name(env, *args, **kwargs)`` with the (wrapped) env, e.g. to check its wrappers.
@@ -895,7 +896,7 @@ class PipelinedVectorEnv(VectorEnv):
 
     def call_async(self, name: str | Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """Start calling ``name`` on every env and return (gymnasium ``AsyncVectorEnv``'s
-        ``call_async``); collect the results with :meth:`call_wait`.
+        ``call_async``); collect the results with [`call_wait`][pipelined_vec_env.PipelinedVectorEnv.call_wait].
 
         Raises:
             AlreadyPendingCallError: A stage has a call in flight.
@@ -903,7 +904,7 @@ class PipelinedVectorEnv(VectorEnv):
         self._start_call(None, name, args, kwargs)
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Wait for the call started by :meth:`call_async`.
+        """Wait for the call started by [`call_async`][pipelined_vec_env.PipelinedVectorEnv.call_async].
 
         Args:
             timeout: Seconds to wait; None waits as long as the workers are alive (a dead
@@ -962,7 +963,7 @@ class PipelinedVectorEnv(VectorEnv):
         self.set_attr_at(None, name, values)
 
     def set_attr_at(self, env_indices: Sequence[int] | None, name: str, values: Any) -> None:
-        """Like :meth:`set_attr` but only on the envs ``env_indices`` (global; None: all)."""
+        """Like [`set_attr`][pipelined_vec_env.PipelinedVectorEnv.set_attr] but only on the envs ``env_indices`` (global; None: all)."""
         self._check_open()
         count = self.num_envs if env_indices is None else len(env_indices)
         if not isinstance(values, (list, tuple)):

@@ -93,7 +93,7 @@ def write_video(
             Frames are padded with black at the bottom and right to multiples of 16
             pixels, which H.264 players expect; they are never rescaled.
         fps: Frames per second (LIBERO's control rate is 20 Hz).
-        text: Burned in below each frame when given (see :func:`burn_in_text`).
+        text: Burned in below each frame when given (see `burn_in_text`).
 
     Returns:
         The written path.
@@ -136,7 +136,7 @@ class StageVideoRecorder:
         fps: Video frame rate.
         burn_in: Draw the task text under the frames.
 
-    Example:
+    Examples:
         >>> import numpy as np, tempfile
         >>> rec = StageVideoRecorder(tempfile.mkdtemp(), env_ids=[1], stage_slices=[slice(0, 2)],
         ...                          image_key=None)

@@ -71,7 +71,7 @@ _PARENT_CHECK_SECONDS = 1.0
 def send(conn: Connection, message: Any) -> None:
     """Send one protocol message.
 
-    Plain :func:`pickle.dumps` (protocol 5) and ``send_bytes``: the same framing as
+    Plain `pickle.dumps` (protocol 5) and ``send_bytes``: the same framing as
     ``Connection.send`` but without building a ``ForkingPickler`` per message, which
     costs more than the message itself for small steps. Nothing we send carries file
     descriptors, so ``ForkingPickler``'s reducers are not needed.

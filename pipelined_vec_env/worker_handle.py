@@ -1,7 +1,7 @@
 """The caller's side of one worker: start it, send it a command, wait for its answer.
 
 Every wait watches the worker's pipe *and* its process sentinel with
-:func:`multiprocessing.connection.wait`, so a dead worker is noticed at once instead of
+`multiprocessing.connection.wait`, so a dead worker is noticed at once instead of
 blocking forever (gymnasium's ``AsyncVectorEnv`` gives ``EOFError`` or hangs there).
 """
 
@@ -124,7 +124,7 @@ class WorkerHandle:
         """Kill this worker's process (if alive) and start a fresh one for the same envs.
 
         The new process answers with its start-up ``ready`` message (collect it with
-        :func:`receive_all`).
+        [`receive_all`][pipelined_vec_env.worker_handle.receive_all]).
 
         Args:
             counted: Count it in ``restarts`` (the ``max_restarts`` budget); False for
@@ -141,7 +141,7 @@ class WorkerHandle:
             self.process.kill()
 
     def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
-        """Send one command; the answer is collected by :func:`receive_all`.
+        """Send one command; the answer is collected by [`receive_all`][pipelined_vec_env.worker_handle.receive_all].
 
         A worker found dead here is not reported at once: its answer is recorded as a
         crash, so the matching wait reports it (and the other workers of the call stay in
@@ -205,7 +205,7 @@ class WorkerHandle:
 def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     """Wait until at least one pending handle in ``handles`` has an answer or is found dead.
 
-    Watches each pending worker's pipe and process sentinel (see :func:`poll_fds`).
+    Watches each pending worker's pipe and process sentinel (see [`poll_fds`][pipelined_vec_env.worker_handle.poll_fds]).
 
     Args:
         handles: Handles to watch; those not pending are ignored.
@@ -268,7 +268,7 @@ def poll_fds(fds: list[int], timeout: float | None) -> list[int]:
     """Return those of ``fds`` readable within ``timeout`` seconds (None: no limit).
 
     ``select.poll`` where the platform has it (cheaper per call than building a selector),
-    else :func:`multiprocessing.connection.wait`.
+    else `multiprocessing.connection.wait`.
     """
     if hasattr(select, "poll"):
         poller = select.poll()
@@ -337,8 +337,8 @@ def raise_worker_error(handle: WorkerHandle, answer: tuple[str, Any]) -> None:
     """Re-raise a worker's failure in the caller.
 
     The worker's exception comes back with its original type and the worker traceback as
-    ``__cause__`` (as :mod:`concurrent.futures` does); one that cannot be rebuilt becomes
-    :class:`WorkerError`; a dead worker becomes :class:`WorkerCrashedError`.
+    ``__cause__`` (as `concurrent.futures` does); one that cannot be rebuilt becomes
+    [`WorkerError`][pipelined_vec_env.errors.WorkerError]; a dead worker becomes [`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError].
     """
     kind, info = answer
     if kind == CRASHED:

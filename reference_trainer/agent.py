@@ -271,7 +271,7 @@ class ActorCritic(nn.Module):
     Raises:
         TypeError: for a non-``Box`` action space or an unsupported observation space.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym, numpy as np, torch
         >>> obs_space = gym.spaces.Box(-1, 1, (4,), np.float32)
         >>> act_space = gym.spaces.Box(-1, 1, (2, 3), np.float32)

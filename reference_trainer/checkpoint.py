@@ -43,7 +43,7 @@ def find_checkpoint(location: str | os.PathLike[str]) -> Path:
 
 
 def load_checkpoint(location: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint`, tensors mapped to ``device``.
+    """Load a checkpoint written by `save_checkpoint`, tensors mapped to ``device``.
 
     Raises:
         FileNotFoundError: if there is no checkpoint at ``location``.

@@ -1,16 +1,16 @@
 """Decoupled rollouts: several inference actors serve the env workers through a channel.
 
 The runner behind ``--decoupled``. Every env is an independent stream: its worker posts
-observations to an :class:`~pipelined_vec_env.channel.InferenceChannel`, any idle actor
+observations to an [`InferenceChannel`][pipelined_vec_env.channel.InferenceChannel], any idle actor
 thread batches whatever has been posted and sends each action back to its env (RLinf's
 env decoupled mode; Sample Factory's dynamic batching, Petrenko et al. 2020). Streams
 advance at different rates, but each env takes exactly ``T`` decisions per rollout, so
 the rollout still fills the trainer's ``(T, N, ...)`` buffers with one column per env:
 column ``i`` is env ``i``'s own stream in order, and the per-column GAE of
-:func:`~reference_trainer.ppo.compute_gae` is per-env GAE over that stream, bootstrapped
+`compute_gae` is per-env GAE over that stream, bootstrapped
 from the env's own next observation. Exploration noise is drawn up front as
 ``(T, N, action_dim)`` and decision ``t`` of env ``i`` uses ``noise[t, i]``, exactly as in
-:class:`~reference_trainer.rollout.RolloutCollector`: for a policy whose rows do not
+`RolloutCollector`: for a policy whose rows do not
 depend on the batch, decoupled, pipelined and serial rollouts are identical.
 
 Actors share the trainer's policy module (inference only, under ``no_grad``, while the
@@ -55,8 +55,8 @@ class _Episode:
 class DecoupledRolloutCollector:
     """Collects PPO rollouts with several inference actors over a shared channel.
 
-    Same interface as :class:`~reference_trainer.rollout.RolloutCollector` (``reset``,
-    ``collect``, generator state), plus :meth:`evaluate` and :meth:`close`.
+    Same interface as `RolloutCollector` (``reset``,
+    ``collect``, generator state), plus `evaluate` and `close`.
 
     Args:
         envs: a ``PipelinedVectorEnv`` in ``AutoresetMode.SAME_STEP`` (any ``num_stages``).
@@ -146,7 +146,7 @@ class DecoupledRolloutCollector:
         return self.generator.get_state()
 
     def set_generator_state(self, state: torch.Tensor) -> None:
-        """Restore the exploration-noise generator from :meth:`generator_state`."""
+        """Restore the exploration-noise generator from `generator_state`."""
         self.generator.set_state(state)
 
     def close(self) -> None:
@@ -186,7 +186,7 @@ class DecoupledRolloutCollector:
             (the driver waits on envs and actors at once).
 
         Raises:
-            RuntimeError: if :meth:`reset` was not called (first, or after :meth:`evaluate`).
+            RuntimeError: if `reset` was not called (first, or after `evaluate`).
             Exception: an actor's or env's error, raised in this thread.
         """
         if not self._ready:
@@ -297,7 +297,7 @@ class DecoupledRolloutCollector:
         """Run ``episodes`` deterministic episodes through the channel, on the training envs.
 
         Episode ``j`` is reset with ``seed = eval_seed + j`` and
-        ``factory.eval_reset_options(j)``, as in :func:`reference_trainer.evaluation.evaluate`;
+        ``factory.eval_reset_options(j)``, as in `reference_trainer.evaluation.evaluate`;
         episodes run in waves of ``num_envs``, each env playing one episode per wave.
 
         Args:
@@ -305,7 +305,7 @@ class DecoupledRolloutCollector:
             episodes: number of episodes.
             eval_seed: seed of episode 0.
             then_reset_seed: reset the envs for training afterwards with this seed; None
-                leaves them to a later :meth:`reset` (``collect`` refuses until then).
+                leaves them to a later `reset` (``collect`` refuses until then).
 
         Returns:
             Per-episode returns, primitive lengths and successes, in episode order.

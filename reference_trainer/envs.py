@@ -137,7 +137,7 @@ def make_vector_env(
         num_stages: pipeline stages.
         envs_per_worker: envs per worker process.
         cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
-        worker_nice: nice value of the env workers (see :class:`NicedEnvFn`).
+        worker_nice: nice value of the env workers (see `NicedEnvFn`).
         max_restarts: restarts allowed per worker (passed to ``PipelinedVectorEnv``).
         step_deadline: seconds per worker step before it is killed (passed on too).
         backend: ``"multiprocessing"`` or ``"ray"`` (passed to ``PipelinedVectorEnv``).

@@ -135,7 +135,7 @@ def ideal_pipelined_fraction(env_time: float, inference_time: float) -> float:
     Raises:
         ValueError: if both times are zero or either is negative.
 
-    Example:
+    Examples:
         >>> ideal_pipelined_fraction(10.0, 10.0)
         0.5
     """

@@ -45,7 +45,7 @@ def compute_gae(
     Returns:
         ``(advantages, returns)``, both ``(T, N)`` float32, ``returns = advantages + values``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> adv, ret = compute_gae(torch.ones(2, 1), torch.zeros(2, 1),
         ...                        torch.tensor([[0.0], [1.0]]), torch.zeros(1), 0.5, 1.0)
@@ -106,7 +106,7 @@ class RewardScaler:
         return {"returns": self.returns.copy(), "rms": self.rms.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore from :meth:`state_dict`."""
+        """Restore from `state_dict`."""
         self.returns = np.asarray(state["returns"], dtype=np.float64).copy()
         self.rms.load_state_dict(state["rms"])
 

@@ -1,6 +1,6 @@
 """Rollout loops: the pipelined one that overlaps inference with env stepping, and serial.
 
-Pipelined (one call in flight per stage)::
+Pipelined (one call in flight per stage):
 
     for each stage s:  infer(s, t=0); step_async(actions_s, stage=s)
     until every stage has taken T decisions:
@@ -270,7 +270,7 @@ class RolloutCollector:
         return self.generator.get_state()
 
     def set_generator_state(self, state: torch.Tensor) -> None:
-        """Restore the exploration-noise generator from :meth:`generator_state`."""
+        """Restore the exploration-noise generator from `generator_state`."""
         self.generator.set_state(state)
 
     # -- one rollout -------------------------------------------------------------------
@@ -286,7 +286,7 @@ class RolloutCollector:
             The ``Rollout``; the collector keeps the last observations for the next call.
 
         Raises:
-            RuntimeError: if :meth:`reset` was never called.
+            RuntimeError: if `reset` was never called.
         """
         if self.next_obs is None:
             raise RuntimeError("call reset() before collect()")

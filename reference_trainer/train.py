@@ -1,12 +1,12 @@
 """The PPO training loop: rollout, advantages, update, logging, checkpoints, evaluation.
 
-Run it on any gymnasium id::
+Run it on any gymnasium id:
 
     python -m reference_trainer.train --env-id InvertedPendulum-v5 --total-timesteps 200000
 
 A run directory holds ``config.json``, TensorBoard event files, ``checkpoints/``,
 ``videos/`` and, at the end, ``summary.json``. Scripts with their own envs (LIBERO) call
-:func:`train` with an :class:`~reference_trainer.envs.EnvFactory`.
+`train` with an `EnvFactory`.
 """
 
 from __future__ import annotations

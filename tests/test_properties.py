@@ -1,6 +1,6 @@
 """Property tests: random spaces, actions and call interleavings against a SyncVectorEnv model.
 
-The model of a :class:`PipelinedVectorEnv` is one :class:`gymnasium.vector.SyncVectorEnv`
+The model of a `PipelinedVectorEnv` is one `gymnasium.vector.SyncVectorEnv`
 per stage over the same env constructors, stepped in the same per-env order: a stage
 call is the model's call on that stage; a whole-env call is every stage's model call.
 The envs hash every action they receive into their state and draw their observation from
@@ -14,7 +14,7 @@ Properties checked, for every operation hypothesis draws:
   call on a busy stage, a wait with nothing in flight) raise ``ValueError`` /
   ``TypeError`` / ``AlreadyPendingCallError`` / ``NoAsyncCallError`` and change no env
   (the model is not stepped, and later results still match it);
-- no wait hangs: each one has a timeout (:data:`HANG`), and ``close`` returns with calls
+- no wait hangs: each one has a timeout (`HANG`), and ``close`` returns with calls
   in flight on any stages and stops every worker.
 """
 

@@ -109,7 +109,7 @@ class Parent:
         return alive
 
     def wait_descendants_gone(self) -> list[int]:
-        """Poll (up to :data:`GONE_WITHIN` s) until no descendant runs; return those left."""
+        """Poll (up to `GONE_WITHIN` s) until no descendant runs; return those left."""
         deadline = time.monotonic() + GONE_WITHIN
         while self.alive_descendants() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -1,7 +1,7 @@
 """Real LIBERO tasks as gymnasium envs (optional extra: ``pip install pipelined-vec-env[libero]``).
 
 Importing this subpackage registers the gymnasium ids of
-:mod:`~pipelined_vec_env.libero.registration` and nothing heavier: ``libero``,
+`registration` and nothing heavier: ``libero``,
 ``robosuite`` and ``mujoco`` are imported only when an env is built. The names below
 are loaded on first access.
 """

@@ -48,7 +48,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
           followed by ``object-state`` (14 per object: position, quaternion, and both
           relative to the end effector; metres and unit quaternions). With
           ``pad_state=True`` (default) it is zero-padded at the end to
-          :func:`~pipelined_vec_env.libero.suites.suite_state_size`, the largest size in
+          `suite_state_size`, the largest size in
           the suite, so every task of a suite shares one space and tasks can be switched
           at reset; ``info["state_size"]`` gives the unpadded length.
         * ``agentview_image`` / ``wrist_image`` (only for the ``cameras`` asked for):
@@ -65,12 +65,12 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     (``set_init_state``), then takes ``num_settle_steps`` no-op steps (gripper open)
     that do not count towards the horizon. ``terminated`` is True when the task's bddl
     goal holds (``info["is_success"]``, reported every step); ``truncated`` is True after
-    ``horizon`` steps (default :data:`~pipelined_vec_env.libero.suites.SUITE_HORIZONS`),
+    ``horizon`` steps (default `SUITE_HORIZONS`),
     so no ``TimeLimit`` wrapper is needed.
 
     Reward: ``"sparse"`` (default) is LIBERO's, 1.0 on the success step and 0 otherwise.
     ``"dense"`` adds potential-based shaping, ``shaping_scale * (phi(s') - phi(s))``
-    with the goal potential of :class:`~pipelined_vec_env.libero.shaping.GoalShaping`
+    with the goal potential of `GoalShaping`
     (gripper-to-object and object-to-target distances of the goal predicates, and the
     fraction of predicates satisfied). It is shaping, not the benchmark's reward:
     report success rates, not returns. ``reward_type`` and ``horizon`` are read at every
@@ -86,7 +86,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     Attributes:
         suite: Suite name.
         task_id: Current task index.
-        task: The current :class:`~pipelined_vec_env.libero.suites.LiberoTask`.
+        task: The current `LiberoTask`.
         language_instruction: The current task's instruction (also in
             ``info["language_instruction"]`` at reset).
         init_state_id: Init state used by the last reset (None before the first).
@@ -95,7 +95,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         num_settle_steps: No-op steps after restoring an init state.
         reward_type: ``"sparse"`` or ``"dense"``.
 
-    Example:
+    Examples:
         >>> env = LiberoEnv("libero_object", task_id=0)  # doctest: +SKIP
         >>> obs, info = env.reset(options={"init_state_id": 3})  # doctest: +SKIP
         >>> info["language_instruction"]  # doctest: +SKIP
@@ -122,7 +122,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         """Build the simulator for one task.
 
         Args:
-            suite: One of :data:`~pipelined_vec_env.libero.suites.STANDARD_SUITES`.
+            suite: One of `STANDARD_SUITES`.
             task_id: Task index within the suite.
             cameras: Any of ``"agentview"``, ``"wrist"``; empty (default) for
                 state-only, which is ~10x faster on CPU.
@@ -134,7 +134,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             num_settle_steps: No-op steps after each init-state restore.
             pad_state: Zero-pad ``state`` to the suite's largest size.
             render_mode: None or ``"rgb_array"`` (renders the agentview camera at
-                ``image_size``, upright, from :meth:`render`).
+                ``image_size``, upright, from `render`).
 
         Raises:
             ValueError: Unknown suite, task, camera, flip, reward type or render mode.
@@ -272,7 +272,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
     def init_state_ids(self) -> list[tuple[int, int]]:
         """All ``(task_id, init_state_id)`` pairs of this env's suite.
 
-        Same as :func:`~pipelined_vec_env.libero.suites.list_init_state_ids`; callable on
+        Same as `list_init_state_ids`; callable on
         vector envs as ``envs.call("init_state_ids")``.
         """
         return suites.list_init_state_ids(self.suite)

@@ -1,7 +1,7 @@
 """Gymnasium ids for the LIBERO suites.
 
 Registering imports nothing from ``libero``: entry points are strings, resolved when an
-env is made. Ids (one per standard suite; the task is a keyword argument)::
+env is made. Ids (one per standard suite; the task is a keyword argument):
 
     pipelined_vec_env/libero_spatial-v0
     pipelined_vec_env/libero_object-v0
@@ -9,7 +9,7 @@ env is made. Ids (one per standard suite; the task is a keyword argument)::
     pipelined_vec_env/libero_10-v0
     pipelined_vec_env/libero_90-v0
 
-Example:
+Examples:
     >>> import gymnasium as gym
     >>> from pipelined_vec_env.libero.registration import register_libero_envs
     >>> register_libero_envs()
@@ -38,7 +38,7 @@ def register_libero_envs() -> None:
     """Register one gymnasium id per standard LIBERO suite (idempotent).
 
     Keyword arguments given to ``gymnasium.make`` / ``make_vec`` go to
-    :class:`~pipelined_vec_env.libero.env.LiberoEnv` (``task_id``, ``cameras``, ...).
+    `LiberoEnv` (``task_id``, ``cameras``, ...).
     """
     for suite, env_id in LIBERO_ENV_IDS.items():
         if env_id not in gym.registry:

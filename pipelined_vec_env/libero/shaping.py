@@ -2,7 +2,7 @@
 
 LIBERO's own reward is sparse (1 on success). For RL from scratch we offer a goal
 potential ``phi(s)`` in ``[0, 1]`` that works for every task because it reads only the
-goal the bddl file states, and :class:`~pipelined_vec_env.libero.env.LiberoEnv` adds
+goal the bddl file states, and `LiberoEnv` adds
 ``phi(s') - phi(s)``: potential-based shaping, which leaves the optimal policy unchanged
 (Ng, Harada and Russell, ICML 1999) and sums to ``phi(end) - phi(start)`` over an
 episode, so it cannot be farmed by dawdling.

@@ -2,7 +2,7 @@
 
 The length depends on how many objects a task's scene holds (14 values each, after the
 robot's 39), which is only known once the scene is built. Building all 130 tasks takes
-several minutes, so the sizes ship with the package and this script regenerates them::
+several minutes, so the sizes ship with the package and this script regenerates them:
 
     python -m pipelined_vec_env.libero.state_sizes [--processes 2]
 

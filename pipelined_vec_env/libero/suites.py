@@ -80,7 +80,7 @@ class LiberoTask:
     """One task of a LIBERO suite.
 
     Attributes:
-        suite: Suite name, one of :data:`STANDARD_SUITES`.
+        suite: Suite name, one of `STANDARD_SUITES`.
         task_id: Index of the task in the suite (LIBERO's order).
         name: LIBERO's task name (the bddl file stem).
         language: The language instruction as LIBERO's benchmark gives it (the text VLA
@@ -105,7 +105,7 @@ def check_suite(suite: str) -> str:
         The same name.
 
     Raises:
-        ValueError: If ``suite`` is not one of :data:`STANDARD_SUITES`.
+        ValueError: If ``suite`` is not one of `STANDARD_SUITES`.
     """
     if suite not in STANDARD_SUITES:
         raise ValueError(
@@ -197,7 +197,7 @@ def list_tasks(suite: str) -> list[LiberoTask]:
         suite: Suite name.
 
     Returns:
-        One :class:`LiberoTask` per task.
+        One `LiberoTask` per task.
 
     Raises:
         ValueError: Unknown suite.

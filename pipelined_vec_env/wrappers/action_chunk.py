@@ -42,7 +42,7 @@ class ActionChunk(gym.Wrapper[Any, np.ndarray, Any, Any]):
         TypeError: If the action space is not a ``Box``.
         ValueError: If ``chunk_size < 1``.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> env = ActionChunk(gym.make("Pendulum-v1"), chunk_size=4)
         >>> env.action_space.shape

@@ -3,7 +3,7 @@
 gymnasium's vector wrappers only see whole-env calls (``reset``/``step``); a per-stage
 ``step_async(actions, stage)`` / ``step_wait(stage)`` on ``envs.unwrapped`` bypasses them.
 This wrapper records the same statistics as
-:class:`gymnasium.wrappers.vector.RecordEpisodeStatistics` (same ``info["episode"]``
+`gymnasium.wrappers.vector.RecordEpisodeStatistics` (same ``info["episode"]``
 layout, same queues) for both whole-env and per-stage calls.
 """
 
@@ -29,10 +29,10 @@ class RecordEpisodeStatistics(VectorWrapper):
     Autoreset steps (``NEXT_STEP``) do not count towards the next episode.
 
     Args:
-        env: A :class:`~pipelined_vec_env.PipelinedVectorEnv` (or a wrapper of one that
+        env: A [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] (or a wrapper of one that
             forwards stage calls, such as this class).
-        buffer_length: Length of :attr:`return_queue`, :attr:`length_queue`,
-            :attr:`time_queue`.
+        buffer_length: Length of `return_queue`, `length_queue`,
+            `time_queue`.
         stats_key: Info key for the statistics.
 
     Raises:
@@ -112,12 +112,12 @@ class RecordEpisodeStatistics(VectorWrapper):
         return self.reset_wait()
 
     def reset_async(self, seed: Any = None, options: Any = None, stage: int | None = None) -> None:
-        """Forward :meth:`PipelinedVectorEnv.reset_async`."""
+        """Forward [`PipelinedVectorEnv.reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async]."""
         self._reset_masks[stage] = options.get("reset_mask") if isinstance(options, dict) else None
         self.env.reset_async(seed=seed, options=options, stage=stage)
 
     def reset_wait(self, stage: int | None = None, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
-        """Forward :meth:`PipelinedVectorEnv.reset_wait` and restart the reset envs' episodes."""
+        """Forward [`PipelinedVectorEnv.reset_wait`][pipelined_vec_env.PipelinedVectorEnv.reset_wait] and restart the reset envs' episodes."""
         obs, infos = self.env.reset_wait(stage=stage, timeout=timeout)
         self._start(self._envs(stage), self._reset_masks.pop(stage, None))
         return obs, infos
@@ -128,17 +128,17 @@ class RecordEpisodeStatistics(VectorWrapper):
         return self.step_wait()
 
     def step_async(self, actions: Any, stage: int | None = None) -> None:
-        """Forward :meth:`PipelinedVectorEnv.step_async`."""
+        """Forward [`PipelinedVectorEnv.step_async`][pipelined_vec_env.PipelinedVectorEnv.step_async]."""
         self.env.step_async(actions, stage=stage)
 
     def step_wait(
         self, stage: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Forward :meth:`PipelinedVectorEnv.step_wait` and record the stage's statistics."""
+        """Forward [`PipelinedVectorEnv.step_wait`][pipelined_vec_env.PipelinedVectorEnv.step_wait] and record the stage's statistics."""
         obs, rewards, terminations, truncations, infos = self.env.step_wait(stage=stage, timeout=timeout)
         infos = self._record(self._envs(stage), rewards, terminations, truncations, infos)
         return obs, rewards, terminations, truncations, infos
 
     def wait_any(self, timeout: float | None = None) -> int:
-        """Forward :meth:`PipelinedVectorEnv.wait_any`."""
+        """Forward [`PipelinedVectorEnv.wait_any`][pipelined_vec_env.PipelinedVectorEnv.wait_any]."""
         return self.env.wait_any(timeout=timeout)
