@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import queue
 import threading
 import time
@@ -353,13 +352,6 @@ def test_run_on_a_subset_of_envs(make_pipelined):
             channel.run(1, env_ids=[4])
         rollout = channel.run(2, timeout=30)  # the others start from where they waited
         np.testing.assert_array_equal(rollout.final_obs[:, 1], [2, 5, 5, 2])
-
-
-def test_docstring_example_runs():
-    import pipelined_vec_env.channel as module
-
-    result = doctest.testmod(module, extraglobs={"np": np})
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_benchmark_runs_end_to_end(tmp_path):

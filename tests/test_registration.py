@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -63,15 +61,3 @@ def test_gymnasium_make_vec_returns_pipelined_env_for_registered_id(closing):
     single = gym.make("TestPipelinedCartPole-v1")
     assert single.spec.max_episode_steps == 50
     single.close()
-
-
-@pytest.mark.parametrize(
-    "module",
-    ["pipelined_vec_env.vector_env", "pipelined_vec_env.registration", "pipelined_vec_env.stages"],
-)
-def test_docstring_examples_run(module):
-    import importlib
-
-    mod = importlib.import_module(module)
-    result = doctest.testmod(mod, extraglobs={"np": np})
-    assert result.attempted > 0 and result.failed == 0
