@@ -80,7 +80,7 @@ def draw(path: Path, te: float = 4.0, ti: float = 2.0, horizon: float = 18.0) ->
             pipelined_schedule(te, ti, 2, horizon),
         ),
     ]
-    fig, axes = plt.subplots(2, 1, figsize=(10, 3.6), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(10, 3.8), sharex=True)
     rows = {"device": 1, "cpus": 0}
     for ax, (title, blocks) in zip(axes, panels, strict=True):
         for b in blocks:
@@ -94,11 +94,11 @@ def draw(path: Path, te: float = 4.0, ti: float = 2.0, horizon: float = 18.0) ->
             )
             ax.text(
                 (b.start + b.end) / 2, rows[b.row], b.label, ha="center", va="center",
-                color="white", fontsize=7.5, fontweight="bold",
+                color="white", fontsize=7.5 if b.row == "device" else 9, fontweight="bold",
             )  # fmt: skip
-        ax.set_yticks([0, 1], ["env workers\n(CPUs)", "policy\n(GPU)"], fontsize=9)
+        ax.set_yticks([0, 1], ["env workers\n(CPUs)", "policy\n(GPU)"], fontsize=10)
         ax.set_ylim(-0.6, 1.6)
-        ax.set_title(title, loc="left", fontsize=10)
+        ax.set_title(title, loc="left", fontsize=11)
         ax.set_facecolor("#f4f4f4")  # grey = idle
         for side in ("top", "right", "left"):
             ax.spines[side].set_visible(False)
@@ -114,7 +114,7 @@ def draw(path: Path, te: float = 4.0, ti: float = 2.0, horizon: float = 18.0) ->
         ],
         loc="lower center",
         ncol=4,
-        fontsize=8,
+        fontsize=9,
         frameon=False,
     )
     fig.tight_layout(rect=(0, 0.07, 1, 1))
