@@ -27,6 +27,7 @@ from .worker_handle import (
     CRASHED,
     WorkerHandle,
     deadline_after,
+    describe_failure,
     raise_worker_error,
     remaining,
     wait_readable,
@@ -300,11 +301,8 @@ class DecoupledState:
         # results already here keep their observations: the fresh reset overwrites the rows
         kept = {e[0]: env._single_obs(e[0]) for e in self.ready if shm and e[0] in mine}
         answer = env._rebuild(w, "step")
-        if answer[0] == CRASHED:
-            self.env.stages[w.stage].failure = f"worker {w.index} died"
-            raise WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
         if answer[0] != "ok":
-            self.env.stages[w.stage].failure = f"worker {w.index} raised {answer[1][1]}"
+            self.env.stages[w.stage].failure = describe_failure(w, answer)
             raise_worker_error(w, answer)
         items, reset_infos = answer[1]
         if env.autoreset_mode == AutoresetMode.NEXT_STEP:

@@ -41,6 +41,7 @@ def make_vec(
     *,
     num_stages: int = 1,
     envs_per_worker: int = 1,
+    start_timeout: float = 300.0,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Callable[[Env], Wrapper]] | None = None,
     **kwargs: Any,
@@ -60,6 +61,9 @@ def make_vec(
         num_envs: Number of envs.
         num_stages: Pipeline stages (see [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv]).
         envs_per_worker: Envs per worker process.
+        start_timeout: Seconds each worker may take to start and build its envs (see
+            [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv]); a vector
+            argument, never passed to `gymnasium.make`.
         vector_kwargs: Other [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] keyword arguments
             (``autoreset_mode``, ``context``, ``cpu_affinity`` ...).
         wrappers: Wrapper constructors applied, in order, to each env inside its worker.
@@ -83,6 +87,7 @@ def make_vec(
     vector = {**saved_vector, **(vector_kwargs or {})}
     vector.setdefault("num_stages", num_stages)
     vector.setdefault("envs_per_worker", envs_per_worker)
+    vector.setdefault("start_timeout", start_timeout)
     unknown = set(vector) - _VECTOR_ARGS
     if unknown:
         raise ValueError(f"vector_kwargs: unknown PipelinedVectorEnv arguments {sorted(unknown)}")

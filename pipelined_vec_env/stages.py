@@ -19,9 +19,9 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from .errors import StageFailedError, WaitTimeoutError
 from .worker_handle import (
-    CRASHED,
     WorkerHandle,
     deadline_after,
+    describe_failure,
     raise_worker_error,
     receive_all,
     receive_ready,
@@ -143,12 +143,8 @@ class Stage:
             except BaseException as exc:  # noqa: BLE001 - kept and raised by the caller
                 if error is None:
                     error = exc
-                reason = (
-                    f"worker {worker.index} died"
-                    if answer[0] == CRASHED
-                    else f"worker {worker.index} raised {answer[1][1]}"
-                )
-                if answer[0] == CRASHED or self.state in ("step", "reset"):
+                reason = describe_failure(worker, answer)
+                if answer[0] != "error" or self.state in ("step", "reset"):
                     self.failure = self.failure or reason
         self.state, self.whole, self.context = None, False, None
         return results, error

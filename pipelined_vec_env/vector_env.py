@@ -30,7 +30,13 @@ from .decoupled import DecoupledState
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
-from .worker_handle import WorkerHandle, raise_worker_error, receive_all
+from .worker_handle import (
+    TIMED_OUT,
+    WorkerHandle,
+    raise_worker_error,
+    receive_all,
+    receive_started,
+)
 
 __all__ = ["PipelinedVectorEnv"]
 
@@ -191,6 +197,12 @@ class PipelinedVectorEnv(VectorEnv):
             ``ray`` extra). With Ray, observations go through Ray's object store
             (``shared_memory`` is ignored) and ``context``, ``cpu_affinity`` and
             ``daemon`` do not apply. See ``docs/ray.md``.
+        start_timeout: Seconds each worker may take to start and build its envs (Ray:
+            actor creation and placement included), at construction and at every rebuild
+            (restart, or a reset of a dead worker's envs). Workers start in parallel. A
+            worker past it is killed: the constructor then stops every worker and raises
+            `WaitTimeoutError` (a `TimeoutError`); a rebuild past it counts as a failed
+            restart.
         ray_options: With ``backend="ray"``: a dict or
             `RayOptions` (per-worker ``num_cpus``,
             ``num_gpus``, ``resources``, ``placement_group``/``bundle_indices`` or
@@ -199,6 +211,8 @@ class PipelinedVectorEnv(VectorEnv):
     Raises:
         ValueError: Bad arguments (checked before any worker starts).
         RuntimeError: Sub-env spaces that do not match as ``observation_mode`` requires.
+        WaitTimeoutError: A worker did not start within ``start_timeout`` seconds (every
+            worker is stopped first).
         Exception: An error raised by an env constructor is re-raised with its type.
     """
 
@@ -220,6 +234,7 @@ class PipelinedVectorEnv(VectorEnv):
         step_deadline: float | None = None,
         backend: str = "multiprocessing",
         ray_options: Any = None,
+        start_timeout: float = 300.0,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self._handles: list[WorkerHandle] = []
@@ -236,6 +251,12 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(f"max_restarts: expected an int >= 0, got {max_restarts!r}")
         if step_deadline is not None and not step_deadline > 0:
             raise ValueError(f"step_deadline: expected None or seconds > 0, got {step_deadline!r}")
+        if (
+            isinstance(start_timeout, bool)
+            or not isinstance(start_timeout, (int, float, np.integer, np.floating))
+            or not 0 < start_timeout < float("inf")
+        ):
+            raise ValueError(f"start_timeout: expected finite seconds > 0, got {start_timeout!r}")
         if worker_threads is not None and (not isinstance(worker_threads, int) or worker_threads < 1):
             raise ValueError(f"worker_threads: expected None or an int >= 1, got {worker_threads!r}")
         if backend not in ("multiprocessing", "ray"):
@@ -272,6 +293,7 @@ class PipelinedVectorEnv(VectorEnv):
         shared_memory = self.shared_memory
         self.max_restarts = int(max_restarts)
         self.step_deadline = step_deadline
+        self.start_timeout = float(start_timeout)
 
         # layout: stages, then workers within each stage
         layout: list[tuple[int, list[tuple[int, int]]]] = []
@@ -317,7 +339,7 @@ class PipelinedVectorEnv(VectorEnv):
                             cloudpickle.dumps(env_fns[lo:hi]),
                         )
                     )
-            receive_all(self._handles, timeout=None)
+            receive_started(self._handles, self.start_timeout)
             descriptions = []
             for h in self._handles:
                 answer = h.take()
@@ -435,7 +457,7 @@ class PipelinedVectorEnv(VectorEnv):
             for stage in stages:
                 for w in stage.workers:
                     if w.answer is not None and w.answer[0] != "ok" and w.restarts < self.max_restarts:
-                        w.answer = self._restart(w, op, stage.context)
+                        w.answer = self._restart(w, op, stage.context)  # retries inside
         collected, error = [], None
         for stage in stages:
             results, stage_error = stage.finish()
@@ -446,27 +468,40 @@ class PipelinedVectorEnv(VectorEnv):
         return collected
 
     def _rebuild(self, w: WorkerHandle, op: str) -> tuple[str, Any]:
-        """Log the failure in ``w.answer``, start a fresh process for worker ``w`` and reset
-        all its envs; return the reset's answer (``("ok", (items, infos))``, infos marked
-        ``worker_restarted``) or the failure of the rebuilt worker."""
-        kind, info = w.answer
-        why = f"exit code {info}" if kind != "error" else f"{info[1]}: {info[2]}"
-        if w.deadline_exceeded:
-            why = f"step_deadline={self.step_deadline} s exceeded"
-        logger.warning(
-            "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
-            w.index, list(w.env_indices), op, why, w.restarts + 1, self.max_restarts,
-        )
-        if kind == "error":
-            logger.warning("worker %d traceback:\n%s", w.index, info[3])
-        failed = self._start_fresh(w, counted=True)
-        if failed is not None:
-            return failed  # the rebuilt worker failed to start: report that
-        w.send("reset", [(k, None, None) for k in range(len(w.env_indices))])
-        receive_all([w], None)
-        answer = w.take()
-        if answer[0] != "ok":
-            return answer
+        """Rebuild worker ``w`` after the failure in ``w.answer``: start a fresh process and
+        reset all its envs, again while that fails and ``max_restarts`` allows (each try
+        counts). Return the reset's answer (``("ok", (items, infos))``, infos marked
+        ``worker_restarted``) or the last failure.
+
+        The start is bounded by ``start_timeout`` and the reset by ``step_deadline``, so a
+        rebuild never hangs.
+        """
+        while True:
+            kind, info = w.answer
+            if w.deadline_exceeded:
+                why = f"step_deadline={self.step_deadline} s exceeded"
+            elif kind == "error":
+                why = f"{info[1]}: {info[2]}"
+            elif kind == TIMED_OUT:
+                why = info
+            else:
+                why = f"exit code {info}"
+            logger.warning(
+                "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
+                w.index, list(w.env_indices), op, why, w.restarts + 1, self.max_restarts,
+            )
+            if kind == "error":
+                logger.warning("worker %d traceback:\n%s", w.index, info[3])
+            answer = self._start_fresh(w, counted=True)
+            if answer is None:
+                w.send("reset", [(k, None, None) for k in range(len(w.env_indices))])
+                receive_all([w], None, self.step_deadline)
+                answer = w.take()
+            if answer[0] == "ok":
+                break
+            if w.restarts >= self.max_restarts:
+                return answer
+            w.answer, op = answer, "rebuild"
         items, reset_infos = answer[1]
         for k in range(len(w.env_indices)):
             reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
@@ -587,10 +622,11 @@ class PipelinedVectorEnv(VectorEnv):
                     raise_worker_error(w, failed)
 
     def _start_fresh(self, w: WorkerHandle, counted: bool) -> tuple[str, Any] | None:
-        """Replace worker ``w``'s process with a fresh one (blocks for its start-up) and
-        attach it to the shared observations; return its failure answer, or None."""
+        """Replace worker ``w``'s process with a fresh one (waits for its start-up, at most
+        ``start_timeout``) and attach it to the shared observations; return its failure
+        answer, or None."""
         w.restart(counted=counted)
-        receive_all([w], None)
+        receive_started([w], self.start_timeout)
         ready = w.take()
         if ready[0] != "ready":
             return ready

@@ -26,10 +26,12 @@ from .worker import send, worker_main
 __all__ = [
     "WorkerHandle",
     "deadline_after",
+    "describe_failure",
     "poll_fds",
     "raise_worker_error",
     "receive_all",
     "receive_ready",
+    "receive_started",
     "remaining",
     "uses_ray",
     "wait_readable",
@@ -39,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: Answer stored for a worker found dead: ``("crashed", exitcode)``.
 CRASHED = "crashed"
+#: Answer stored for a worker killed for not starting in time: ``("timed_out", message)``.
+TIMED_OUT = "timed_out"
 
 
 @contextlib.contextmanager
@@ -290,7 +294,10 @@ def deadline_after(timeout: float | None) -> float | None:
 
 
 def receive_all(
-    handles: list[WorkerHandle], timeout: float | None, step_deadline: float | None = None
+    handles: list[WorkerHandle],
+    timeout: float | None,
+    step_deadline: float | None = None,
+    deadline_name: str = "step_deadline",
 ) -> None:
     """Wait until every pending handle in ``handles`` has an answer (or is found dead).
 
@@ -303,6 +310,7 @@ def receive_all(
         step_deadline: Seconds a worker may take to answer, counted from when its command
             was sent; a worker past it is killed (and so answers as crashed). None: no
             deadline.
+        deadline_name: What ``step_deadline`` is called in the warning logged for a kill.
 
     Raises:
         WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
@@ -318,7 +326,10 @@ def receive_all(
             for h in pending:
                 if now - h.sent_at >= step_deadline and not h.deadline_exceeded:
                     logger.warning(
-                        "worker %d overran step_deadline=%.3g s; killing it", h.index, step_deadline
+                        "worker %d overran %s=%.3g s; killing it",
+                        h.index,
+                        deadline_name,
+                        step_deadline,
                     )
                     h.kill_for_deadline()
             left = [h.sent_at + step_deadline - now for h in pending if not h.deadline_exceeded]
@@ -333,16 +344,54 @@ def receive_all(
             )
 
 
+def receive_started(handles: list[Any], start_timeout: float) -> None:
+    """Wait for the start-up answers of freshly started workers, each at most ``start_timeout``.
+
+    The workers start in parallel; each gets ``start_timeout`` seconds from its own start
+    (process start or Ray actor creation, env construction, the ``ready`` answer). A
+    worker past it is killed and its answer becomes ``("timed_out", message)``, which
+    `raise_worker_error` raises as `WaitTimeoutError`. Returns once every
+    handle has an answer (a killed worker's death is seen at once).
+    """
+    for h in handles:
+        h.deadline_exceeded = False
+    receive_all(handles, None, start_timeout, deadline_name="start_timeout")
+    for h in handles:
+        if h.deadline_exceeded and h.answer is not None and h.answer[0] == CRASHED:
+            h.answer = (
+                TIMED_OUT,
+                f"worker {h.index} (envs {list(h.env_indices)}) did not build its envs and "
+                f"answer within start_timeout={start_timeout:g} s; it was killed",
+            )
+            h.deadline_exceeded = False
+
+
+def describe_failure(handle: Any, answer: tuple[str, Any]) -> str:
+    """A short reason for a failed answer, for `StageFailedError` messages."""
+    kind, info = answer
+    if kind == CRASHED:
+        return f"worker {handle.index} died"
+    if kind == TIMED_OUT:
+        return f"worker {handle.index} did not start in time"
+    return f"worker {handle.index} raised {info[1]}"
+
+
 def raise_worker_error(handle: WorkerHandle, answer: tuple[str, Any]) -> None:
     """Re-raise a worker's failure in the caller.
 
     The worker's exception comes back with its original type and the worker traceback as
     ``__cause__`` (as `concurrent.futures` does); one that cannot be rebuilt becomes
-    [`WorkerError`][pipelined_vec_env.errors.WorkerError]; a dead worker becomes [`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError].
+    [`WorkerError`][pipelined_vec_env.errors.WorkerError]; a dead worker becomes
+    [`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError]; a worker that did
+    not start within ``start_timeout`` becomes
+    [`WaitTimeoutError`][pipelined_vec_env.errors.WaitTimeoutError].
     """
     kind, info = answer
     if kind == CRASHED:
-        raise WorkerCrashedError(handle.index, handle.env_indices, info)
+        detail = "killed for overrunning step_deadline" if handle.deadline_exceeded else ""
+        raise WorkerCrashedError(handle.index, handle.env_indices, info, detail)
+    if kind == TIMED_OUT:
+        raise WaitTimeoutError(info)
     data, type_name, message, tb = info
     exc: BaseException | None = None
     if data is not None:

@@ -304,6 +304,15 @@ def test_step_deadline_kills_a_hung_actor(ray_local, make_pipelined):
     assert trunc.tolist() == [True, False] and info["worker_restarted"][0]
 
 
+def test_start_timeout_covers_actor_creation(ray_local, make_pipelined):
+    # an actor that can never be placed: its creation is bounded by start_timeout too
+    options = {**SMALL, "resources": {"nowhere": 1.0}, "check_resources": False}
+    with pytest.raises(WaitTimeoutError, match="start_timeout"):
+        PipelinedVectorEnv(counting_fns(2), backend="ray", ray_options=options, start_timeout=2.0)
+    envs = make_pipelined(counting_fns(2), backend="ray", ray_options=SMALL, start_timeout=60.0)
+    assert envs.reset(seed=0)[0]["count"].shape == (2, 2)
+
+
 def test_placement_group_bundles(ray_local, make_pipelined):
     from ray.util.placement_group import placement_group, remove_placement_group
 

@@ -1,0 +1,160 @@
+"""Fault paths around restarts: start-up bounds, rebuilds, partial results, masked resets,
+idle deaths, close and the fork context (issue 12).
+
+The vector envs here have 2 stages of 2 workers of 2 envs (8 envs); each test makes one
+worker fail among several of its stage, in stage calls or whole-env calls, with shared
+memory on and off. Bounds are generous (a hang shows as a pytest-timeout failure), never
+tight timings.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import psutil
+import pytest
+
+from pipelined_vec_env import PipelinedVectorEnv, WaitTimeoutError, WorkerCrashedError, make_vec
+from pipelined_vec_env.debug_envs import CountingEnv
+
+# the env classes below travel to the workers by value (tests/ need not be importable there)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+pytestmark = pytest.mark.timeout(120)
+
+NUM_ENVS = 8  # 2 stages x 2 workers x 2 envs
+LAYOUT = {"num_stages": 2, "envs_per_worker": 2}
+VICTIM = 3  # worker 3 holds envs 6 and 7 (stage 1, beside worker 2)
+
+
+class ScriptedEnv(CountingEnv):
+    """A CountingEnv that hangs where told: in its ``hang_builds``-th constructions (1 is
+    the first; counted in a file per env id, across processes) or in every reset.
+
+    Args:
+        env_id: The env's id.
+        log_dir: Folder for the build counts.
+        hang_builds: Which constructions of this env hang (60 s).
+        hang_reset: Every reset hangs (60 s).
+    """
+
+    def __init__(
+        self, env_id: int, log_dir: str, hang_builds: tuple[int, ...] = (), hang_reset: bool = False
+    ) -> None:
+        super().__init__(env_id, episode_length=100)
+        log = Path(log_dir) / f"builds-{env_id}"
+        with log.open("a") as f:
+            f.write("b")
+        if len(log.read_text()) in hang_builds:
+            time.sleep(60)
+        self.hang_reset = hang_reset
+
+    def reset(self, *, seed=None, options=None):
+        if self.hang_reset:
+            time.sleep(60)
+        return super().reset(seed=seed, options=options)
+
+
+def scripted(tmp_path: Path, hang: dict[int, dict] | None = None) -> list:
+    """Env fns for ``NUM_ENVS`` ScriptedEnvs; ``hang`` maps an env id to its hang kwargs."""
+    tmp_path.mkdir(exist_ok=True)
+    return [
+        partial(ScriptedEnv, i, str(tmp_path), **(hang or {}).get(i, {})) for i in range(NUM_ENVS)
+    ]
+
+
+def zeros(n: int = NUM_ENVS) -> np.ndarray:
+    return np.zeros(n, dtype=np.int64)
+
+
+def descendants() -> set[psutil.Process]:
+    return set(psutil.Process().children(recursive=True))
+
+
+def assert_gone(procs: set[psutil.Process]) -> None:
+    """Every process in ``procs`` exits within a generous 30 s."""
+    _, alive = psutil.wait_procs(list(procs), timeout=30)
+    assert not alive, f"processes left behind: {alive}"
+
+
+def kill_worker(envs: PipelinedVectorEnv, index: int) -> None:
+    """SIGKILL worker ``index`` and reap it (the vector env notices on its next wait)."""
+    process = envs._handles[index].process
+    process.kill()
+    process.join(30)
+
+
+# ---------------------------------------------------------------------- (1) start_timeout
+
+
+def test_hanging_constructor_raises_wait_timeout_and_leaves_no_process(make_pipelined, tmp_path):
+    make_pipelined(scripted(tmp_path / "warm"), **LAYOUT).close()  # forkserver + tracker up
+    before = descendants()
+    fns = scripted(tmp_path / "hang", {5: {"hang_builds": (1,)}})
+    with pytest.raises(WaitTimeoutError, match="start_timeout") as info:
+        PipelinedVectorEnv(fns, **LAYOUT, start_timeout=1.0)
+    assert isinstance(info.value, TimeoutError) and "worker 2" in str(info.value)
+    assert_gone(descendants() - before)
+
+
+def test_start_timeout_is_a_vector_argument_of_make_vec(make_pipelined):
+    # CartPole's constructor has no such argument: it must not reach gymnasium.make
+    envs = make_vec("CartPole-v1", 2, start_timeout=30.0)
+    try:
+        assert envs.start_timeout == 30.0
+        assert envs.spec.kwargs["vector_kwargs"]["start_timeout"] == 30.0
+    finally:
+        envs.close()
+    for bad in (0, -1.0, float("inf"), None, True):
+        with pytest.raises(ValueError, match="start_timeout"):
+            PipelinedVectorEnv([CountingEnv], start_timeout=bad)
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["stage", "whole"])
+@pytest.mark.parametrize("max_restarts", [1, 2])
+def test_rebuild_that_hangs_in_start_counts_as_a_failed_restart(
+    make_pipelined, tmp_path, whole, max_restarts
+):
+    # env 6's second construction (the first rebuild of worker 3) hangs
+    envs = make_pipelined(
+        scripted(tmp_path, {6: {"hang_builds": (2,)}}),
+        **LAYOUT,
+        max_restarts=max_restarts,
+        start_timeout=2.0,
+    )
+    envs.reset(seed=0)
+    kill_worker(envs, VICTIM)
+    if max_restarts == 1:  # the only restart hangs: the start-up timeout is raised
+        with pytest.raises(WaitTimeoutError, match="start_timeout"):
+            step(envs, whole)
+        assert envs.restart_counts[VICTIM] == 1
+        return
+    _, _, _, trunc, info = step(envs, whole)  # the second rebuild starts
+    assert envs.restart_counts == (0, 0, 0, 2)
+    expected = [False, False, True, True] if not whole else [False] * 6 + [True, True]
+    assert trunc.tolist() == expected and info["worker_restarted"][-1]
+
+
+def step(envs: PipelinedVectorEnv, whole: bool):
+    """One step of stage 1 (whole=False) or of every env; results for the call's envs."""
+    if whole:
+        return envs.step(zeros())
+    envs.step_async(zeros(4), stage=1)
+    return envs.step_wait(stage=1)
+
+
+def test_resets_inside_rebuilds_obey_step_deadline(make_pipelined, tmp_path):
+    envs = make_pipelined(
+        scripted(tmp_path, {7: {"hang_reset": True}}),
+        **LAYOUT,
+        max_restarts=2,
+        step_deadline=0.5,
+    )
+    with pytest.raises(WorkerCrashedError, match="step_deadline") as info:
+        envs.reset(seed=0)  # killed at 0.5 s, then twice more inside the two rebuilds
+    assert info.value.worker_index == VICTIM and envs.restart_counts == (0, 0, 0, 2)
