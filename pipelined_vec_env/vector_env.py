@@ -61,6 +61,21 @@ def _views_stay_valid(space: Space) -> bool:
     return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary))
 
 
+def _attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> None:
+    """Give a failed wait's exception the results of the envs that did answer.
+
+    ``error.partial_results`` is ``(obs, rewards, terminations, truncations, infos)`` in the
+    call's layout; ``error.partial_mask`` (bool, one per env of the call) is True where the
+    env's results are real. Elsewhere obs is the env's last observation, reward 0, flags
+    False, and infos have no entry.
+    """
+    try:
+        error.partial_results = results  # type: ignore[attr-defined]
+        error.partial_mask = mask  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type that refuses attributes (__slots__)
+        logger.warning("could not attach partial results to %r", error)
+
+
 def _first(space: Space, batch: Any) -> Any:
     """The single item of a batch of one."""
     return next(iter(iterate(batch_space(space, 1), batch)))
@@ -446,9 +461,12 @@ class PipelinedVectorEnv(VectorEnv):
         items = self._env_obs[envs]
         return concatenate(space, items, create_empty_array(space, n=len(items), fn=np.zeros))
 
-    def _wait(self, stages: list[Stage], op: str, whole: bool, timeout: float | None) -> list:
-        """Wait for ``op`` on ``stages``; return ``(stage, results)`` pairs or raise the
-        first failure after every stage has been drained."""
+    def _wait(
+        self, stages: list[Stage], op: str, whole: bool, timeout: float | None
+    ) -> tuple[list, BaseException | None]:
+        """Wait for ``op`` on ``stages`` (restarting failed workers within ``max_restarts``);
+        return the ``(stage, results)`` pairs of every stage, drained, and the first
+        failure (not raised), or None."""
         for stage in stages:
             stage.check_wait(op, whole)
         deadline = self.step_deadline if op in ("step", "reset") else None
@@ -463,9 +481,7 @@ class PipelinedVectorEnv(VectorEnv):
             results, stage_error = stage.finish()
             collected.append((stage, results))
             error = error or stage_error
-        if error is not None:
-            raise error
-        return collected
+        return collected, error
 
     def _rebuild(self, w: WorkerHandle, op: str) -> tuple[str, Any]:
         """Rebuild worker ``w`` after the failure in ``w.answer``: start a fresh process and
@@ -725,25 +741,35 @@ class PipelinedVectorEnv(VectorEnv):
             NoAsyncCallError: No matching reset in flight.
             WaitTimeoutError: Timed out; the reset stays in flight.
             WorkerCrashedError / the worker's exception: A worker failed; that stage is
-                marked failed, the other stages are unaffected.
+                marked failed, the other stages are unaffected. The exception carries
+                ``partial_results`` ``(obs, rewards, terminations, truncations, infos)``
+                (rewards 0, flags False) and ``partial_mask``, as for `step_wait`.
         """
         self._check_open()
         stages, envs = self._select(stage)
         contexts = {s.index: s.context for s in stages}
-        collected = self._wait(stages, "reset", stage is None, timeout)
+        collected, error = self._wait(stages, "reset", stage is None, timeout)
+        n = envs.stop - envs.start
+        real = np.zeros(n, dtype=np.bool_)
         infos: dict[str, Any] = {}
-        batcher = _InfoBatch(envs.stop - envs.start)
+        batcher = _InfoBatch(n)
         for s, results in collected:
             full, reset_ids = contexts[s.index]
-            if full:
+            if full and error is None:
                 s.failure = None
             for worker, (items, env_infos) in results:
                 for k, g in enumerate(reset_ids[worker.index]):
+                    real[g - envs.start] = True
                     if items is not None:
                         self._env_obs[g] = items[k]
                     for info in env_infos[k]:
                         infos = batcher._add_info(infos, info, g - envs.start)
-        return self._observations(envs), infos
+        obs = self._observations(envs)
+        if error is not None:
+            zeros = np.zeros(n, dtype=np.bool_)
+            _attach_partial(error, (obs, np.zeros(n), zeros, zeros.copy(), infos), real)
+            raise error
+        return obs, infos
 
     # ------------------------------------------------------------------ step
 
@@ -799,12 +825,16 @@ class PipelinedVectorEnv(VectorEnv):
             NoAsyncCallError: No matching step in flight.
             WaitTimeoutError: Timed out; the step stays in flight.
             WorkerCrashedError / the worker's exception: A worker failed; its stage is
-                marked failed until reset, other stages are unaffected.
+                marked failed until reset, other stages are unaffected. The exception
+                carries ``partial_results`` (this call's 5-tuple, the healthy workers'
+                results included) and ``partial_mask`` (bool per env of the call, True
+                where the results are real); see docs/errors.md.
         """
         self._check_open()
         stages, envs = self._select(stage)
         n = envs.stop - envs.start
-        collected = self._wait(stages, "step", stage is None, timeout)
+        collected, error = self._wait(stages, "step", stage is None, timeout)
+        real = np.zeros(n, dtype=np.bool_)
         rewards = np.zeros(n, dtype=np.float64)
         terminations = np.zeros(n, dtype=np.bool_)
         truncations = np.zeros(n, dtype=np.bool_)
@@ -814,13 +844,18 @@ class PipelinedVectorEnv(VectorEnv):
             for worker, (items, rew, term, trunc, env_infos) in results:
                 lo = worker.env_indices[0] - envs.start
                 hi = lo + len(worker.env_indices)
+                real[lo:hi] = True
                 rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
                 for k, g in enumerate(worker.env_indices):
                     if items is not None:
                         self._env_obs[g] = items[k]
                     for info in env_infos[k]:
                         infos = batcher._add_info(infos, info, g - envs.start)
-        return self._observations(envs), rewards, terminations, truncations, infos
+        obs = self._observations(envs)
+        if error is not None:
+            _attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
+            raise error
+        return obs, rewards, terminations, truncations, infos
 
     def wait_any(self, timeout: float | None = None) -> int:
         """Block until some stage's call in flight has completed and return that stage.
@@ -1052,7 +1087,9 @@ class PipelinedVectorEnv(VectorEnv):
         timeout: float | None = None,
     ) -> tuple[Any, ...]:
         op = stages[0].state if stages else "call"
-        collected = self._wait(stages, op, False, timeout)
+        collected, error = self._wait(stages, op, False, timeout)
+        if error is not None:
+            raise error
         value: dict[int, Any] = {}
         for _, results in collected:
             for worker, payload in results:

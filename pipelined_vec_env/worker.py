@@ -221,11 +221,15 @@ class _WorkerEnvs:
     def reset(self, requests: list[tuple[int, Any, Any]]) -> tuple[list[Any] | None, list[list[dict]]]:
         items: list[Any] = []
         infos = []
+        done = []
         for local, seed, options in requests:
             obs, info = self.envs[local].reset(seed=seed, options=options)
             self.autoreset[local] = False
-            self._emit(local, obs, items)
+            done.append((local, obs))
             infos.append([info])
+        # written once every env is done: a failed call leaves the shared rows as they were
+        for local, obs in done:
+            self._emit(local, obs, items)
         return (items if self.buffers is None else None), infos
 
     def step(
@@ -239,6 +243,7 @@ class _WorkerEnvs:
         truncations = np.zeros(n, dtype=np.bool_)
         items: list[Any] = []
         infos: list[list[dict]] = []
+        done = []
         for k, (local, action) in enumerate(zip(targets, self._actions(actions, n), strict=True)):
             env = self.envs[local]
             if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
@@ -253,8 +258,12 @@ class _WorkerEnvs:
                     obs, info = env.reset()
                     env_infos.append(info)
             self.autoreset[local] = terminations[k] or truncations[k]
-            self._emit(local, obs, items)
+            done.append((local, obs))
             infos.append(env_infos)
+        # written once every env stepped: a failed step leaves the shared rows as they were
+        # (the caller's partial results show the failed envs' last observations)
+        for local, obs in done:
+            self._emit(local, obs, items)
         # lists pickle several times faster than small numpy arrays
         return (
             (items if self.buffers is None else None),

@@ -9,6 +9,8 @@ tight timings.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from functools import partial
@@ -30,11 +32,13 @@ pytestmark = pytest.mark.timeout(120)
 NUM_ENVS = 8  # 2 stages x 2 workers x 2 envs
 LAYOUT = {"num_stages": 2, "envs_per_worker": 2}
 VICTIM = 3  # worker 3 holds envs 6 and 7 (stage 1, beside worker 2)
+RAISE, KILL = 1, 2  # ScriptedEnv actions
 
 
 class ScriptedEnv(CountingEnv):
     """A CountingEnv that hangs where told: in its ``hang_builds``-th constructions (1 is
-    the first; counted in a file per env id, across processes) or in every reset.
+    the first; counted in a file per env id, across processes) or in every reset. Action
+    `RAISE` raises, `KILL` SIGKILLs the worker, reset options ``{"boom": True}`` raise.
 
     Args:
         env_id: The env's id.
@@ -57,7 +61,16 @@ class ScriptedEnv(CountingEnv):
     def reset(self, *, seed=None, options=None):
         if self.hang_reset:
             time.sleep(60)
+        if options and options.get("boom"):
+            raise ValueError(f"env {self.env_id} was told to raise in reset")
         return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        if action == RAISE:
+            raise ValueError(f"env {self.env_id} was told to raise in step")
+        if action == KILL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
 
 
 def scripted(tmp_path: Path, hang: dict[int, dict] | None = None) -> list:
@@ -158,3 +171,87 @@ def test_resets_inside_rebuilds_obey_step_deadline(make_pipelined, tmp_path):
     with pytest.raises(WorkerCrashedError, match="step_deadline") as info:
         envs.reset(seed=0)  # killed at 0.5 s, then twice more inside the two rebuilds
     assert info.value.worker_index == VICTIM and envs.restart_counts == (0, 0, 0, 2)
+
+
+# ---------------------------------------------------------------------- (3) nothing lost
+
+
+@pytest.mark.parametrize(
+    "whole,shared_memory,bad",
+    [(False, True, KILL), (True, False, KILL), (True, True, RAISE), (False, False, RAISE)],
+    ids=["stage-shm-kill", "whole-pipe-kill", "whole-shm-raise", "stage-pipe-raise"],
+)
+def test_failed_step_keeps_the_healthy_envs_results(
+    make_pipelined, tmp_path, whole, shared_memory, bad
+):
+    envs = make_pipelined(scripted(tmp_path), **LAYOUT, shared_memory=shared_memory)
+    envs.reset(seed=0)
+    actions = zeros()
+    actions[7] = bad  # env 6, first in worker 3, has stepped when env 7 fails
+    if whole:
+        envs.step_async(actions)
+    else:
+        envs.step_async(actions[:4], stage=0)
+        envs.step_async(actions[4:], stage=1)
+    with pytest.raises(WorkerCrashedError if bad == KILL else ValueError) as info:
+        envs.step_wait() if whole else envs.step_wait(stage=1)
+    obs, rew, term, trunc, infos = info.value.partial_results
+    ids = list(range(NUM_ENVS)) if whole else [4, 5, 6, 7]
+    real = [g < 6 for g in ids]
+    assert info.value.partial_mask.tolist() == real
+    assert obs[:, 0].tolist() == ids  # the env ids
+    assert obs[:, 1].tolist() == [1 if r else 0 for r in real]  # failed envs: last obs
+    assert rew.tolist() == [1 + g / 100 if r else 0.0 for g, r in zip(ids, real, strict=True)]
+    assert not term.any() and not trunc.any()
+    assert infos["_count"].tolist() == real and set(infos["count"][np.array(real)]) == {1}
+    # the other stage of a whole-env call is not failed, and its envs really stepped
+    if not whole:
+        envs.step_wait(stage=0)
+    envs.step_async(zeros(4), stage=0)
+    obs0, *_ = envs.step_wait(stage=0)
+    assert obs0[:, 1].tolist() == [2, 2, 2, 2]
+
+
+def test_failed_reset_keeps_the_healthy_envs_results(make_pipelined, tmp_path):
+    envs = make_pipelined(scripted(tmp_path), **LAYOUT)
+    options = [None] * NUM_ENVS
+    options[6] = {"boom": True}
+    with pytest.raises(ValueError, match="told to raise in reset") as info:
+        envs.reset(seed=0, options=options)
+    obs, rew, term, trunc, infos = info.value.partial_results
+    real = [True] * 6 + [False, False]
+    assert info.value.partial_mask.tolist() == real
+    assert obs[:6, 0].tolist() == list(range(6)) and not rew.any() and not (term | trunc).any()
+    assert infos["_env_id"].tolist() == real and infos["env_id"][:6].tolist() == list(range(6))
+    envs.step_async(zeros(4), stage=0)  # stage 0 reset fine and steps
+    assert envs.step_wait(stage=0)[0][:, 1].tolist() == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "pipe"])
+def test_decoupled_recv_delivers_healthy_results_across_a_crash(
+    make_pipelined, tmp_path, shared_memory
+):
+    envs = make_pipelined(scripted(tmp_path), **LAYOUT, shared_memory=shared_memory)
+    envs.async_reset(seed=0)
+    assert envs.recv(batch_size=NUM_ENVS, timeout=30)[0].shape[0] == NUM_ENVS
+    actions = zeros()
+    actions[7] = KILL
+    envs.send(actions, list(range(NUM_ENVS)))
+    got: dict[int, int] = {}
+    crashed = []
+    while not crashed or len(got) < 6:  # the crash may be seen before or after any result
+        try:
+            obs, _, _, _, infos = envs.recv(timeout=30)
+        except WorkerCrashedError as exc:
+            crashed.append(exc.worker_index)
+            continue
+        for k, g in enumerate(infos["env_id"].tolist()):
+            got[g] = int(obs[k, 1])
+    assert crashed == [VICTIM] and got == {g: 1 for g in range(6)}
+    # the healthy envs go on
+    envs.send(zeros(6), list(range(6)))
+    seen: dict[int, int] = {}
+    while len(seen) < 6:
+        obs, _, _, _, infos = envs.recv(timeout=30)
+        seen.update(zip(infos["env_id"].tolist(), obs[:, 1].astype(int).tolist(), strict=True))
+    assert seen == {g: 2 for g in range(6)}
