@@ -123,7 +123,7 @@ class DecoupledState:
             self.outstanding[w].append(list(w.env_indices))
             self.head_since[w] = time.monotonic()
         for s in env.stages:
-            s.failure = None
+            s.recover()
         self.in_flight = set(range(env.num_envs))
         self.received.clear()
         self.restarted.clear()
@@ -224,14 +224,14 @@ class DecoupledState:
                     break
                 if answer[0] == CRASHED:
                     self._drop_outstanding(w)
-                    self.env.stages[w.stage].failure = f"worker {w.index} died"
+                    self.env.stages[w.stage].fail(w, describe_failure(w, answer))
                     error = error or WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
                     break
                 ids = self.outstanding[w].popleft()
                 self.head_since[w] = time.monotonic()  # the next queued command runs now
                 self.in_flight.difference_update(ids)
                 if answer[0] != "ok":
-                    self.env.stages[w.stage].failure = f"worker {w.index} raised {answer[1][1]}"
+                    self.env.stages[w.stage].fail(w, describe_failure(w, answer))
                     try:
                         raise_worker_error(w, answer)
                     except BaseException as exc:  # noqa: BLE001 - raised below
@@ -302,7 +302,7 @@ class DecoupledState:
         kept = {e[0]: env._single_obs(e[0]) for e in self.ready if shm and e[0] in mine}
         answer = env._rebuild(w, "step")
         if answer[0] != "ok":
-            self.env.stages[w.stage].failure = describe_failure(w, answer)
+            self.env.stages[w.stage].fail(w, describe_failure(w, answer))
             raise_worker_error(w, answer)
         items, reset_infos = answer[1]
         if env.autoreset_mode == AutoresetMode.NEXT_STEP:

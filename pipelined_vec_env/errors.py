@@ -111,8 +111,9 @@ class StageFailedError(RuntimeError):
 
     def __init__(self, stage: int, reason: str) -> None:
         super().__init__(
-            f"stage {stage} failed earlier ({reason}); call reset(stage={stage}) "
-            "(or reset() for all stages) before stepping it again"
+            f"stage {stage} failed earlier ({reason}); reset the failed worker's envs "
+            f"before stepping it again: reset(stage={stage}), reset(), or a reset whose "
+            "options['reset_mask'] covers them"
         )
         self.stage = stage
 

@@ -12,7 +12,7 @@ RLinf's pipelined rollout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
@@ -59,7 +59,8 @@ class Stage:
         state: The call in flight (``"step"``, ``"reset"``, ``"call"``, ``"set_attr"``) or
             None when idle.
         whole: The call in flight belongs to a whole-env call (``stage=None``).
-        failure: Why the stage failed, or None; a failed stage must be reset.
+        failed: Failed workers (index -> why); a failed stage must be reset, at least
+            every env of each failed worker (a ``reset_mask`` covering them will do).
         context: Per-call data kept between the async and the wait half.
     """
 
@@ -68,8 +69,25 @@ class Stage:
     workers: list[WorkerHandle]
     state: str | None = None
     whole: bool = False
-    failure: str | None = None
+    failed: dict[int, str] = field(default_factory=dict)
     context: Any = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the stage failed (its failed workers), or None."""
+        return "; ".join(self.failed.values()) if self.failed else None
+
+    def fail(self, worker: Any, reason: str) -> None:
+        """Mark the stage failed because of ``worker``."""
+        self.failed.setdefault(worker.index, reason)
+
+    def recover(self, reset_envs: set[int] | None = None) -> None:
+        """Clear the failure of every worker whose envs were all reset (None: all)."""
+        for w in self.workers:
+            if w.index in self.failed and (
+                reset_envs is None or set(w.env_indices) <= reset_envs
+            ):
+                del self.failed[w.index]
 
     @property
     def size(self) -> int:
@@ -145,7 +163,7 @@ class Stage:
                     error = exc
                 reason = describe_failure(worker, answer)
                 if answer[0] != "error" or self.state in ("step", "reset"):
-                    self.failure = self.failure or reason
+                    self.fail(worker, reason)
         self.state, self.whole, self.context = None, False, None
         return results, error
 

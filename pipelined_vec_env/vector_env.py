@@ -531,7 +531,7 @@ class PipelinedVectorEnv(VectorEnv):
             return answer
         items, reset_infos = answer[1]
         if op == "reset":
-            _, reset_ids = context
+            reset_ids = context
             keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
             return "ok", (
                 None if items is None else [items[k] for k in keep],
@@ -721,8 +721,7 @@ class PipelinedVectorEnv(VectorEnv):
                         ],
                     )
                     reset_ids[w.index] = ids
-            full = len(reset_ids) == len(s.workers) and sum(map(len, reset_ids.values())) == s.size
-            s.mark("reset", stage is None, context=(full, reset_ids))
+            s.mark("reset", stage is None, context=reset_ids)
 
     def reset_wait(
         self, stage: int | None = None, timeout: float | None = None
@@ -754,9 +753,9 @@ class PipelinedVectorEnv(VectorEnv):
         infos: dict[str, Any] = {}
         batcher = _InfoBatch(n)
         for s, results in collected:
-            full, reset_ids = contexts[s.index]
-            if full and error is None:
-                s.failure = None
+            reset_ids = contexts[s.index]
+            # a failed worker whose envs were all reset is healthy again
+            s.recover({g for worker, _ in results for g in reset_ids[worker.index]})
             for worker, (items, env_infos) in results:
                 for k, g in enumerate(reset_ids[worker.index]):
                     real[g - envs.start] = True

@@ -369,11 +369,12 @@ def receive_started(handles: list[Any], start_timeout: float) -> None:
 def describe_failure(handle: Any, answer: tuple[str, Any]) -> str:
     """A short reason for a failed answer, for `StageFailedError` messages."""
     kind, info = answer
+    who = f"worker {handle.index} (envs {list(handle.env_indices)})"
     if kind == CRASHED:
-        return f"worker {handle.index} died"
+        return f"{who} died"
     if kind == TIMED_OUT:
-        return f"worker {handle.index} did not start in time"
-    return f"worker {handle.index} raised {info[1]}"
+        return f"{who} did not start in time"
+    return f"{who} raised {info[1]}"
 
 
 def raise_worker_error(handle: WorkerHandle, answer: tuple[str, Any]) -> None:

@@ -21,7 +21,13 @@ import numpy as np
 import psutil
 import pytest
 
-from pipelined_vec_env import PipelinedVectorEnv, WaitTimeoutError, WorkerCrashedError, make_vec
+from pipelined_vec_env import (
+    PipelinedVectorEnv,
+    StageFailedError,
+    WaitTimeoutError,
+    WorkerCrashedError,
+    make_vec,
+)
 from pipelined_vec_env.debug_envs import CountingEnv
 
 # the env classes below travel to the workers by value (tests/ need not be importable there)
@@ -255,3 +261,45 @@ def test_decoupled_recv_delivers_healthy_results_across_a_crash(
         obs, _, _, _, infos = envs.recv(timeout=30)
         seen.update(zip(infos["env_id"].tolist(), obs[:, 1].astype(int).tolist(), strict=True))
     assert seen == {g: 2 for g in range(6)}
+
+
+# ---------------------------------------------------------------------- (2) masked resets
+
+
+@pytest.mark.parametrize(
+    "whole,shared_memory,bad",
+    [(False, True, KILL), (True, False, RAISE)],
+    ids=["stage-shm-kill", "whole-pipe-raise"],
+)
+def test_masked_reset_of_the_failed_envs_recovers_the_stage(
+    make_pipelined, tmp_path, whole, shared_memory, bad
+):
+    envs = make_pipelined(scripted(tmp_path), **LAYOUT, shared_memory=shared_memory)
+    envs.reset(seed=0)
+    actions = zeros()
+    actions[7] = bad
+    with pytest.raises((WorkerCrashedError, ValueError)):
+        envs.step(actions)
+    n = NUM_ENVS if whole else 4
+    stage = None if whole else 1
+
+    def masked_reset(envs_to_reset):
+        mask = np.zeros(n, dtype=np.bool_)
+        mask[[g - (NUM_ENVS - n) for g in envs_to_reset]] = True
+        envs.reset_async(options={"reset_mask": mask}, stage=stage)
+        return envs.reset_wait(stage=stage)
+
+    # only part of the failed worker's envs: a dead worker refuses it, a live one resets
+    # env 7, and either way the stage stays failed
+    if bad == KILL:
+        with pytest.raises(WorkerCrashedError, match="includes all its envs"):
+            masked_reset([7])
+    else:
+        masked_reset([7])
+    with pytest.raises(StageFailedError, match="reset_mask"):
+        step(envs, whole)
+    obs, info = masked_reset([6, 7])
+    assert info["_env_id"][-2:].all() and not info["_env_id"][:-2].any()
+    _, rew, _, trunc, info = step(envs, whole)
+    counts = [2] * (n - 2) + [1, 1]  # the other envs keep their episodes (two steps in)
+    assert [int(r) for r in rew] == counts and not trunc.any()
