@@ -430,6 +430,11 @@ class RayWorkerHandle:
     def _mark_dead(self) -> None:
         self.dead = True
 
+    def check_alive(self) -> bool:
+        """Whether the actor was not found dead. Ray reports an actor's death through its
+        refs only, so an actor that died while idle is seen by its next command."""
+        return not self.dead
+
     def kill(self) -> None:
         """Kill the actor now (``ray.kill``); its outstanding refs resolve as dead."""
         if not ray.is_initialized():

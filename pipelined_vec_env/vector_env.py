@@ -614,7 +614,8 @@ class PipelinedVectorEnv(VectorEnv):
 
         A reset starts every episode over, so a fresh process can take the dead one's
         place; such a rebuild does not count against ``max_restarts``. It needs the reset
-        to cover all the worker's envs.
+        to cover all the worker's envs. A subprocess worker that died while idle (nothing
+        noticed it yet) is found here too, so the reset does not fail on it.
 
         Raises:
             WorkerCrashedError: The reset leaves out some of a dead worker's envs.
@@ -622,7 +623,7 @@ class PipelinedVectorEnv(VectorEnv):
         """
         for s in stages:
             for w in s.workers:
-                if not w.dead:
+                if w.check_alive():
                     continue
                 if not all(mask[g - envs.start] for g in w.env_indices):
                     raise WorkerCrashedError(

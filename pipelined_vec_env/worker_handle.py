@@ -177,6 +177,13 @@ class WorkerHandle:
         self.dead = True
         self.process.join(timeout=1.0)
 
+    def check_alive(self) -> bool:
+        """Whether the process is alive (a cheap ``waitpid``); one found dead is marked so,
+        even if nothing was waiting on it (a worker that died while idle)."""
+        if not self.dead and not self.process.is_alive():
+            self._mark_dead()
+        return not self.dead
+
     def _receive(self) -> None:
         try:
             self.answer = self.recv_answer()

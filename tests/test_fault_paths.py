@@ -303,3 +303,32 @@ def test_masked_reset_of_the_failed_envs_recovers_the_stage(
     _, rew, _, trunc, info = step(envs, whole)
     counts = [2] * (n - 2) + [1, 1]  # the other envs keep their episodes (two steps in)
     assert [int(r) for r in rew] == counts and not trunc.any()
+
+
+# ---------------------------------------------------------------------- (4) idle deaths
+
+
+@pytest.mark.parametrize(
+    "whole,shared_memory,max_restarts",
+    [(False, True, 0), (True, False, 1)],
+    ids=["stage-shm-0", "whole-pipe-1"],
+)
+def test_reset_rebuilds_a_worker_that_died_while_idle(
+    make_pipelined, tmp_path, whole, shared_memory, max_restarts
+):
+    envs = make_pipelined(
+        scripted(tmp_path), **LAYOUT, shared_memory=shared_memory, max_restarts=max_restarts
+    )
+    envs.reset(seed=0)
+    old_pid = envs._handles[VICTIM].process.pid
+    kill_worker(envs, VICTIM)  # while idle: nothing is waiting on it
+    if whole:
+        obs, info = envs.reset(seed=1)
+    else:
+        envs.reset_async(seed=1, stage=1)
+        obs, info = envs.reset_wait(stage=1)
+    assert obs[-2:, 0].tolist() == [6, 7] and info["_env_id"].all()
+    assert envs._handles[VICTIM].process.pid != old_pid
+    assert envs.restart_counts == (0, 0, 0, 0)  # a reset's rebuild is not a restart
+    _, rew, _, trunc, _ = step(envs, whole)
+    assert not trunc.any() and [int(r) for r in rew] == [1] * len(rew)
