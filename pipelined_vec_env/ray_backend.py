@@ -36,7 +36,14 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, pack_exception
 
-__all__ = ["EnvWorkerActor", "RayOptions", "RayWorkerHandle", "ray_receive_ready", "ray_wait_readable"]
+__all__ = [
+    "EnvWorkerActor",
+    "RayOptions",
+    "RayWorkerHandle",
+    "ray_close_all",
+    "ray_receive_ready",
+    "ray_wait_readable",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -472,6 +479,26 @@ class RayWorkerHandle:
         self.kill()
         self.refs.clear()
         self.dead = True
+
+
+def ray_close_all(handles: Sequence[RayWorkerHandle], timeout: float) -> None:
+    """``close_all`` for Ray handles: ask every live actor to close its envs at once, wait
+    for them at most ``timeout`` seconds in all, then kill every actor. Always returns."""
+    if timeout > 0 and ray.is_initialized():
+        refs = []
+        for h in handles:
+            if not h.dead:
+                try:
+                    refs.append(h.actor.handle.remote("close", None))
+                except RayError:
+                    logger.debug("close of worker %d failed", h.index, exc_info=True)
+        if refs:
+            try:
+                ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            except RayError:
+                logger.debug("waiting for the actors' close failed", exc_info=True)
+    for h in handles:
+        h.close(timeout=0.0)
 
 
 def ray_receive_ready(handles: Sequence[RayWorkerHandle], timeout: float | None) -> bool:

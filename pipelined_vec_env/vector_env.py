@@ -33,6 +33,7 @@ from .stages import Stage, check_startable, split_range, wait_any_stage
 from .worker_handle import (
     TIMED_OUT,
     WorkerHandle,
+    close_all,
     raise_worker_error,
     receive_all,
     receive_started,
@@ -1105,17 +1106,25 @@ class PipelinedVectorEnv(VectorEnv):
     def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
         """Stop every worker and release shared memory. Always returns.
 
+        All workers are stopped in parallel: each is asked to close its envs, and answers
+        nobody read are drained meanwhile; those still alive after ``timeout`` seconds in
+        all are terminated, then killed.
+
         Args:
-            timeout: Seconds to give each worker to close its envs before it is
-                terminated (default 5).
+            timeout: Seconds for all workers together to close their envs before the ones
+                left are terminated (default 5).
             terminate: Terminate the workers at once instead of asking them to close.
         """
         grace = 0.0 if terminate else (5.0 if timeout is None else timeout)
-        for h in self._handles:
-            try:
-                h.close(timeout=grace)
-            except Exception:  # close must always return
-                logger.warning("closing worker %d failed", h.index, exc_info=True)
+        try:
+            close_all(self._handles, grace)
+        except Exception:  # close must always return
+            logger.warning("closing the workers failed", exc_info=True)
+            for h in self._handles:
+                try:
+                    h.close(timeout=0.0)
+                except Exception:
+                    logger.warning("closing worker %d failed", h.index, exc_info=True)
         # drop our views first: a segment with live views cannot be unmapped
         self._obs_view = self._buffers = None
         release(self._shm_arrays)

@@ -25,6 +25,7 @@ from .worker import send, worker_main
 
 __all__ = [
     "WorkerHandle",
+    "close_all",
     "deadline_after",
     "describe_failure",
     "poll_fds",
@@ -211,6 +212,73 @@ class WorkerHandle:
             self.process.close()
         except ValueError:
             logger.warning("worker %d could not be reaped", self.index)
+
+
+def close_all(handles: Sequence[Any], timeout: float) -> None:
+    """Stop every worker in ``handles`` in parallel, within ``timeout`` seconds in all.
+
+    Each live worker is asked to close its envs; their answers, and any answer nobody read
+    (a step in flight, large observations through the pipe), are read and dropped as they
+    come, so a worker blocked on a full pipe can go on to its ``close``. Workers still
+    alive after ``timeout`` (hung, or busy in a long step) are terminated, then killed.
+    Pipes are closed and processes reaped. Always returns.
+
+    Args:
+        handles: The workers (subprocess or Ray handles).
+        timeout: Seconds for the polite part, for all workers together; 0 skips it.
+    """
+    if uses_ray(handles):
+        from .ray_backend import ray_close_all
+
+        ray_close_all(handles, timeout)
+        return
+    alive = [h for h in handles if _is_alive(h)]
+    if timeout > 0:
+        for h in alive:
+            if not h.dead:
+                with contextlib.suppress(OSError, ValueError):
+                    send(h.conn, ("close", None))
+        deadline = deadline_after(timeout)
+        pipes = {h.conn.fileno(): h for h in alive if not h.dead and not h.conn.closed}
+        sentinels = {h.process.sentinel: h for h in alive}
+        while sentinels and remaining(deadline):
+            for fd in poll_fds([*pipes, *sentinels], remaining(deadline)):
+                if fd in sentinels:
+                    sentinels.pop(fd)
+                elif fd in pipes:
+                    try:
+                        pipes[fd].conn.recv_bytes()  # an unread answer: drop it
+                    except (EOFError, OSError):
+                        pipes.pop(fd)
+    for signal_name in ("terminate", "kill"):
+        left = [h for h in alive if _is_alive(h)]
+        for h in left:
+            with contextlib.suppress(OSError, ValueError):
+                getattr(h.process, signal_name)()
+        _wait_all_sentinels(left, 1.0)
+    for h in handles:
+        with contextlib.suppress(OSError, ValueError):
+            h.process.join(0 if not _is_alive(h) else 0.1)
+        h.conn.close()
+        try:
+            h.process.close()
+        except ValueError:
+            logger.warning("worker %d could not be reaped", h.index)
+
+
+def _is_alive(h: WorkerHandle) -> bool:
+    try:
+        return h.process.is_alive()
+    except ValueError:  # the process object was closed already
+        return False
+
+
+def _wait_all_sentinels(handles: list[WorkerHandle], timeout: float) -> None:
+    """Wait until every process of ``handles`` has exited, at most ``timeout`` s in all."""
+    deadline = deadline_after(timeout)
+    waiting = {h.process.sentinel for h in handles}
+    while waiting and remaining(deadline):
+        waiting -= set(poll_fds(list(waiting), remaining(deadline)))
 
 
 def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:

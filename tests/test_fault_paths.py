@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 import cloudpickle
+import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
@@ -332,3 +333,53 @@ def test_reset_rebuilds_a_worker_that_died_while_idle(
     assert envs.restart_counts == (0, 0, 0, 0)  # a reset's rebuild is not a restart
     _, rew, _, trunc, _ = step(envs, whole)
     assert not trunc.any() and [int(r) for r in rew] == [1] * len(rew)
+
+
+# ---------------------------------------------------------------------- (5) close
+
+
+class CloseProbeEnv(gym.Env):
+    """Large observations (2 MiB float32) and a ``close`` that leaves a marker file, or
+    hangs for 60 s.
+
+    Args:
+        env_id: The env's id (names its marker).
+        log_dir: Folder for the markers.
+        hang_close: ``close`` hangs instead.
+    """
+
+    def __init__(self, env_id: int, log_dir: str, hang_close: bool = False) -> None:
+        self.env_id, self.log_dir, self.hang_close = env_id, log_dir, hang_close
+        self.observation_space = gym.spaces.Box(0, 1, shape=(512, 1024), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(self.observation_space.shape, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(self.observation_space.shape, np.float32), 0.0, False, False, {}
+
+    def close(self):
+        if self.hang_close:
+            time.sleep(60)
+        (Path(self.log_dir) / f"closed-{self.env_id}").touch()
+
+
+def test_close_stops_all_workers_in_parallel_within_its_timeout(make_pipelined, tmp_path):
+    # workers 0 and 1 hang in close; workers 2 and 3 are blocked sending an unread step
+    fns = [partial(CloseProbeEnv, i, str(tmp_path), hang_close=i < 4) for i in range(NUM_ENVS)]
+    envs = make_pipelined(fns, **LAYOUT, shared_memory=False)
+    envs.reset(seed=0)
+    envs.step_async(zeros())
+    time.sleep(0.5)  # let the workers fill their pipes
+    workers = {psutil.Process(h.process.pid) for h in envs._handles}
+    timeout = 5.0
+    start = time.monotonic()
+    envs.close(timeout=timeout)
+    elapsed = time.monotonic() - start
+    # one after the other, four workers would take at least 4 * timeout
+    assert elapsed < 3 * timeout, f"close took {elapsed:.1f} s"
+    closed = sorted(p.name for p in tmp_path.glob("closed-*"))
+    assert closed == [f"closed-{g}" for g in range(4, NUM_ENVS)]  # drained, then closed cleanly
+    assert_gone(workers)
