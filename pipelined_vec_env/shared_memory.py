@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-from multiprocessing import shared_memory
+import inspect
+from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ class SharedArray:
             self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
             self.owner = True
         else:
-            self._shm = shared_memory.SharedMemory(name=name)
+            self._shm = _attach_untracked(name)
             self.owner = False
         self.name = self._shm.name
 
@@ -61,6 +62,32 @@ class SharedArray:
             with contextlib.suppress(FileNotFoundError):
                 self._shm.unlink()
             self.owner = False
+
+
+_HAS_TRACK = "track" in inspect.signature(shared_memory.SharedMemory).parameters
+
+
+def _attach_untracked(name: str) -> shared_memory.SharedMemory:
+    """Attach to the existing segment ``name`` without registering it with a resource
+    tracker.
+
+    The creating process owns the segment: it registered it when creating it and unlinks
+    it at ``close()`` (or its resource tracker does, after a hard kill). A process that
+    only attaches must not register it too: under ``context="fork"`` a worker forked
+    before the caller's tracker existed starts a tracker of its own, which would warn
+    about a "leaked" segment at every clean exit and unlink the segment when the worker
+    is killed, so that its restart could not attach. Python 3.13+ has ``track=False``;
+    before, the registration is skipped for this one call (only workers attach, from
+    their main thread).
+    """
+    if _HAS_TRACK:  # pragma: no cover - Python >= 3.13
+        return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]
+    register = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None  # type: ignore[assignment]
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = register
 
 
 class SharedMemoryAllocator:

@@ -182,8 +182,9 @@ class PipelinedVectorEnv(VectorEnv):
         envs_per_worker: Envs per worker process (amortises one message over several env
             steps). Workers per stage: ``ceil(stage_size / envs_per_worker)``.
         context: ``multiprocessing`` start method name or context. Default ``"forkserver"``
-            on Linux (never plain fork: simulators and CUDA do not survive it), else
-            ``"spawn"``.
+            on Linux, else ``"spawn"``. ``"fork"`` works when chosen (restarts included,
+            no shared memory leaked), but many simulators and CUDA do not survive a fork
+            of a process that already uses them.
         shared_memory: Put observations in shared memory when the space allows it.
         copy: Return copies of the observations (else views into buffers that the next
             call overwrites).

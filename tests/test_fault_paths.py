@@ -383,3 +383,55 @@ def test_close_stops_all_workers_in_parallel_within_its_timeout(make_pipelined, 
     closed = sorted(p.name for p in tmp_path.glob("closed-*"))
     assert closed == [f"closed-{g}" for g in range(4, NUM_ENVS)]  # drained, then closed cleanly
     assert_gone(workers)
+
+
+# ---------------------------------------------------------------------- (6) context="fork"
+
+FORK_SCRIPT = """
+import json, sys, time
+from functools import partial
+import numpy as np
+from pipelined_vec_env import PipelinedVectorEnv
+from pipelined_vec_env.debug_envs import CountingEnv
+
+envs = PipelinedVectorEnv(
+    [partial(CountingEnv, i, 100, "dict") for i in range(8)],
+    num_stages=2, envs_per_worker=2, context="fork", max_restarts=1,
+)
+names = [a.name for a in envs._shm_arrays]
+envs.reset(seed=0)
+victim = envs._handles[3].process
+victim.kill()
+victim.join(30)
+time.sleep(1.0)  # time for anything that would unlink the segments on the worker's death
+envs.step_async(np.zeros(4, dtype=np.int64), stage=1)
+_, _, _, trunc, _ = envs.step_wait(stage=1)
+obs, *_ = envs.step(np.zeros(8, dtype=np.int64))
+envs.close()
+print(json.dumps({"names": names, "trunc": trunc.tolist(), "counts": obs["count"][:, 1].tolist(),
+                  "restarts": list(envs.restart_counts)}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and /dev/shm")
+def test_fork_context_restarts_and_leaks_no_shared_memory(tmp_path):
+    import json
+    import subprocess
+
+    script = tmp_path / "fork_run.py"
+    script.write_text(FORK_SCRIPT)
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert run.returncode == 0, run.stderr
+    assert "leaked" not in run.stderr and "resource_tracker" not in run.stderr, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["trunc"] == [False, False, True, True] and out["restarts"] == [0, 0, 0, 1]
+    assert out["counts"] == [1, 1, 1, 1, 2, 2, 0, 0]  # worker 3 restarted, then autoreset
+    assert out["names"] and not [n for n in out["names"] if Path("/dev/shm", n).exists()]
