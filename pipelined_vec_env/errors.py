@@ -134,4 +134,8 @@ class WaitTimeoutError(multiprocessing.TimeoutError, TimeoutError):
     It is both `multiprocessing.TimeoutError` (what gymnasium's
     ``AsyncVectorEnv`` raises) and the builtin `TimeoutError`. A later wait on the
     same stage returns the call's real result.
+
+    Also raised when a worker does not start within ``start_timeout`` (at construction,
+    or in a rebuild past ``max_restarts``); that worker was killed, and the message says
+    so.
     """
