@@ -357,13 +357,10 @@ class PipelinedVectorEnv(VectorEnv):
                         )
                     )
             receive_started(self._handles, self.start_timeout)
-            descriptions = []
-            for h in self._handles:
-                answer = h.take()
-                if answer[0] != "ready":
-                    raise_worker_error(h, answer)
-                descriptions.append(answer[1])
-            self._setup_spaces(descriptions)
+            for h in self._handles:  # the first failure, without waiting for the others
+                if h.answer is not None and h.answer[0] != "ready":
+                    raise_worker_error(h, h.take())
+            self._setup_spaces([h.take()[1] for h in self._handles])
         except BaseException:
             self.close(terminate=True)
             raise

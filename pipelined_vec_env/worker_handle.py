@@ -373,6 +373,7 @@ def receive_all(
     timeout: float | None,
     step_deadline: float | None = None,
     deadline_name: str = "step_deadline",
+    until_failure: bool = False,
 ) -> None:
     """Wait until every pending handle in ``handles`` has an answer (or is found dead).
 
@@ -386,6 +387,8 @@ def receive_all(
             was sent; a worker past it is killed (and so answers as crashed). None: no
             deadline.
         deadline_name: What ``step_deadline`` is called in the warning logged for a kill.
+        until_failure: Return as soon as some handle holds a failure answer (the others
+            stay pending).
 
     Raises:
         WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
@@ -394,6 +397,10 @@ def receive_all(
     while True:
         pending = [h for h in handles if h.pending]
         if not pending:
+            return
+        if until_failure and any(
+            h.answer is not None and h.answer[0] not in ("ok", "ready") for h in handles
+        ):
             return
         wait_for = remaining(deadline)
         if step_deadline is not None:
@@ -425,12 +432,13 @@ def receive_started(handles: list[Any], start_timeout: float) -> None:
     The workers start in parallel; each gets ``start_timeout`` seconds from its own start
     (process start or Ray actor creation, env construction, the ``ready`` answer). A
     worker past it is killed and its answer becomes ``("timed_out", message)``, which
-    `raise_worker_error` raises as `WaitTimeoutError`. Returns once every
-    handle has an answer (a killed worker's death is seen at once).
+    `raise_worker_error` raises as `WaitTimeoutError`. Returns once every handle has an
+    answer (a killed worker's death is seen at once), or as soon as one has failed (an
+    env constructor raised, a worker died or timed out): the caller then stops them all.
     """
     for h in handles:
         h.deadline_exceeded = False
-    receive_all(handles, None, start_timeout, deadline_name="start_timeout")
+    receive_all(handles, None, start_timeout, "start_timeout", until_failure=True)
     for h in handles:
         if h.deadline_exceeded and h.answer is not None and h.answer[0] == CRASHED:
             h.answer = (

@@ -52,12 +52,20 @@ class ScriptedEnv(CountingEnv):
         log_dir: Folder for the build counts.
         hang_builds: Which constructions of this env hang (60 s).
         hang_reset: Every reset hangs (60 s).
+        raise_build: The constructor raises.
     """
 
     def __init__(
-        self, env_id: int, log_dir: str, hang_builds: tuple[int, ...] = (), hang_reset: bool = False
+        self,
+        env_id: int,
+        log_dir: str,
+        hang_builds: tuple[int, ...] = (),
+        hang_reset: bool = False,
+        raise_build: bool = False,
     ) -> None:
         super().__init__(env_id, episode_length=100)
+        if raise_build:
+            raise RuntimeError(f"env {env_id} was told to fail in its constructor")
         log = Path(log_dir) / f"builds-{env_id}"
         with log.open("a") as f:
             f.write("b")
@@ -119,6 +127,15 @@ def test_hanging_constructor_raises_wait_timeout_and_leaves_no_process(make_pipe
     with pytest.raises(WaitTimeoutError, match="start_timeout") as info:
         PipelinedVectorEnv(fns, **LAYOUT, start_timeout=1.0)
     assert isinstance(info.value, TimeoutError) and "worker 2" in str(info.value)
+    assert_gone(descendants() - before)
+
+
+def test_constructor_error_is_raised_without_waiting_for_a_hung_sibling(make_pipelined, tmp_path):
+    make_pipelined(scripted(tmp_path / "warm"), **LAYOUT).close()
+    before = descendants()
+    fns = scripted(tmp_path / "bad", {2: {"raise_build": True}, 5: {"hang_builds": (1,)}})
+    with pytest.raises(RuntimeError, match="fail in its constructor"):
+        PipelinedVectorEnv(fns, **LAYOUT)  # the default start_timeout (300 s) never matters
     assert_gone(descendants() - before)
 
 
