@@ -41,6 +41,7 @@ __all__ = [
     "RayOptions",
     "RayWorkerHandle",
     "ray_close_all",
+    "ray_find_dead",
     "ray_receive_ready",
     "ray_wait_readable",
 ]
@@ -437,10 +438,6 @@ class RayWorkerHandle:
     def _mark_dead(self) -> None:
         self.dead = True
 
-    def check_alive(self) -> bool:
-        """Whether the actor was not found dead. Ray reports an actor's death through its
-        refs only, so an actor that died while idle is seen by its next command."""
-        return not self.dead
 
     def kill(self) -> None:
         """Kill the actor now (``ray.kill``); its outstanding refs resolve as dead."""
@@ -479,6 +476,25 @@ class RayWorkerHandle:
         self.kill()
         self.refs.clear()
         self.dead = True
+
+
+def ray_find_dead(handles: Sequence[RayWorkerHandle], timeout: float) -> None:
+    """``find_dead`` for Ray handles: one ``pid`` call per live actor, awaited together
+    (at most ``timeout`` seconds); an actor whose call fails as dead is marked dead."""
+    probes = {}
+    for h in handles:
+        if not h.dead:
+            probes[h.actor.pid.remote()] = h
+    if not probes:
+        return
+    ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=timeout)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except RayActorError:
+            probes[ref].dead = True
+        except RayError:
+            logger.debug("probing worker %d failed", probes[ref].index, exc_info=True)
 
 
 def ray_close_all(handles: Sequence[RayWorkerHandle], timeout: float) -> None:

@@ -34,6 +34,7 @@ from .worker_handle import (
     TIMED_OUT,
     WorkerHandle,
     close_all,
+    find_dead,
     raise_worker_error,
     receive_all,
     receive_started,
@@ -613,16 +614,17 @@ class PipelinedVectorEnv(VectorEnv):
 
         A reset starts every episode over, so a fresh process can take the dead one's
         place; such a rebuild does not count against ``max_restarts``. It needs the reset
-        to cover all the worker's envs. A subprocess worker that died while idle (nothing
-        noticed it yet) is found here too, so the reset does not fail on it.
+        to cover all the worker's envs. A worker that died while idle (nothing noticed it
+        yet) is found here too, so the reset does not fail on it.
 
         Raises:
             WorkerCrashedError: The reset leaves out some of a dead worker's envs.
             The env's exception / WorkerCrashedError: The rebuilt worker failed to start.
         """
+        find_dead([w for s in stages for w in s.workers])
         for s in stages:
             for w in s.workers:
-                if w.check_alive():
+                if not w.dead:
                     continue
                 if not all(mask[g - envs.start] for g in w.env_indices):
                     raise WorkerCrashedError(

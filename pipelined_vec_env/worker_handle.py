@@ -28,6 +28,7 @@ __all__ = [
     "close_all",
     "deadline_after",
     "describe_failure",
+    "find_dead",
     "poll_fds",
     "raise_worker_error",
     "receive_all",
@@ -264,6 +265,23 @@ def close_all(handles: Sequence[Any], timeout: float) -> None:
             h.process.close()
         except ValueError:
             logger.warning("worker %d could not be reaped", h.index)
+
+
+def find_dead(handles: Sequence[Any], timeout: float = 10.0) -> None:
+    """Mark dead every worker of ``handles`` that died while idle (nothing waited on it).
+
+    Subprocess workers: a ``waitpid`` each. Ray actors report a death only through their
+    refs, so each live actor is asked for its pid, all at once, and those whose answer
+    says the actor is gone are marked dead; an actor that does not answer within
+    ``timeout`` seconds is left as it is (its next command tells).
+    """
+    if uses_ray(handles):
+        from .ray_backend import ray_find_dead
+
+        ray_find_dead(handles, timeout)
+        return
+    for h in handles:
+        h.check_alive()
 
 
 def _is_alive(h: WorkerHandle) -> bool:

@@ -291,6 +291,24 @@ def test_killed_actor_is_restarted(ray_local, make_pipelined):
         envs.step(acts(0, 0))
 
 
+def test_reset_rebuilds_an_actor_that_died_while_idle(ray_local, make_pipelined):
+    envs = make_pipelined(
+        [partial(CountingEnv, i, 100) for i in range(4)],
+        num_stages=2,
+        envs_per_worker=1,
+        backend="ray",
+        ray_options=SMALL,
+    )
+    envs.reset(seed=0)
+    victim = envs.stages[1].workers[1]
+    kill_actor(victim.actor)  # while idle, max_restarts=0
+    envs.reset_async(seed=1, stage=1)
+    obs, info = envs.reset_wait(stage=1)
+    assert obs[:, 0].tolist() == [2, 3] and envs.restart_counts == (0, 0, 0, 0)
+    obs, *_ = envs.step(acts(0, 0, 0, 0))
+    assert obs[:, 1].tolist() == [1, 1, 1, 1]
+
+
 def test_step_deadline_kills_a_hung_actor(ray_local, make_pipelined):
     envs = make_pipelined(
         [partial(FaultyEnv, 60.0) for _ in range(2)],
