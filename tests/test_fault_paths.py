@@ -139,6 +139,27 @@ def test_constructor_error_is_raised_without_waiting_for_a_hung_sibling(make_pip
     assert_gone(descendants() - before)
 
 
+class BarrierEnv(CountingEnv):
+    """A CountingEnv whose constructor waits (up to 30 s) until every env of the vector
+    env is being constructed: it can only finish if the workers start in parallel."""
+
+    def __init__(self, env_id: int, log_dir: str, num_envs: int) -> None:
+        super().__init__(env_id)
+        (Path(log_dir) / f"started-{env_id}").touch()
+        for _ in range(3000):
+            if len(list(Path(log_dir).glob("started-*"))) == num_envs:
+                return
+            time.sleep(0.01)
+        raise RuntimeError("the other workers did not start meanwhile")
+
+
+def test_workers_start_in_parallel(make_pipelined, tmp_path):
+    # envs_per_worker=1: 4 workers, each building one env that waits for the other three
+    fns = [partial(BarrierEnv, i, str(tmp_path), 4) for i in range(4)]
+    envs = make_pipelined(fns, num_stages=2, start_timeout=60.0)
+    assert envs.reset(seed=0)[0].shape == (4, 3)
+
+
 def test_start_timeout_is_a_vector_argument_of_make_vec(make_pipelined):
     # CartPole's constructor has no such argument: it must not reach gymnasium.make
     envs = make_vec("CartPole-v1", 2, start_timeout=30.0)
@@ -170,6 +191,7 @@ def test_rebuild_that_hangs_in_start_counts_as_a_failed_restart(
         with pytest.raises(WaitTimeoutError, match="start_timeout"):
             step(envs, whole)
         assert envs.restart_counts[VICTIM] == 1
+        assert envs._handles[VICTIM].process.exitcode == -signal.SIGKILL  # killed and reaped
         return
     _, _, _, trunc, info = step(envs, whole)  # the second rebuild starts
     assert envs.restart_counts == (0, 0, 0, 2)
