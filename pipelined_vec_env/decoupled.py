@@ -174,6 +174,7 @@ class DecoupledState:
                 f"ready), got {batch_size!r}"
             )
         deadline = deadline_after(timeout)
+        t0 = time.monotonic_ns()
         self._collect(0.0)
         while len(self.ready) < want:
             if not self._collect(remaining(deadline)):
@@ -181,6 +182,8 @@ class DecoupledState:
                     f"recv: {len(self.ready)} of {want} env results arrived within {timeout} s; "
                     "they stay queued for the next recv"
                 )
+        if env.profiler.enabled:
+            env.profiler.caller_waited("recv", t0)
         return self._pop_all()
 
     # ------------------------------------------------------------------ internals

@@ -345,6 +345,9 @@ class RayWorkerHandle:
     """
 
     backend = "ray"
+    #: The vector env's ``Profiler`` when profiling is on; Ray answers carry no worker
+    #: times, so it records round trips on the caller's clock.
+    profiler: Any = None
 
     def __init__(
         self,
@@ -394,6 +397,8 @@ class RayWorkerHandle:
             self.answer = (_CRASHED, None) if expect_answer else None
             self.pending = False
             return
+        if self.profiler is not None:
+            self.profiler.command_sent(self.index, command)
         ref = self.actor.handle.remote(command, payload)
         if command not in _NO_ANSWER:
             self.refs.append(ref)
@@ -408,7 +413,10 @@ class RayWorkerHandle:
         """
         ref = self.refs.popleft()
         try:
-            return ray.get(ref)
+            answer = ray.get(ref)
+            if self.profiler is not None:
+                self.profiler.answer_received(self.index, answer[0], None)
+            return answer
         except RayActorError as exc:
             logger.debug("worker %d's actor died: %s", self.index, exc)
             self.dead = True
@@ -451,6 +459,8 @@ class RayWorkerHandle:
     def kill_for_deadline(self) -> None:
         """Kill an actor that overran its deadline; the wait then reports a crash."""
         self.deadline_exceeded = True
+        if self.profiler is not None:
+            self.profiler.deadline_kill(self.index)
         self.kill()
 
     def restart(self, counted: bool = True) -> None:
@@ -463,6 +473,8 @@ class RayWorkerHandle:
         """
         self.close(timeout=0.0)
         self.restarts += int(counted)
+        if self.profiler is not None:
+            self.profiler.worker_restarted(self.index)
         self._start()
 
     def close(self, timeout: float = 5.0) -> None:

@@ -44,6 +44,7 @@ def make_vec(
     start_timeout: float = 300.0,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Callable[[Env], Wrapper]] | None = None,
+    profile: bool = False,
     **kwargs: Any,
 ) -> PipelinedVectorEnv:
     """Create a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] of ``num_envs`` copies of a registered env.
@@ -67,6 +68,8 @@ def make_vec(
         vector_kwargs: Other [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] keyword arguments
             (``autoreset_mode``, ``context``, ``cpu_affinity`` ...).
         wrappers: Wrapper constructors applied, in order, to each env inside its worker.
+        profile: Record a profile in ``envs.profiler`` (see `PipelinedVectorEnv`); not
+            passed to `gymnasium.make`.
         **kwargs: Passed to `gymnasium.make` for each env.
 
     Returns:
@@ -88,6 +91,8 @@ def make_vec(
     vector.setdefault("num_stages", num_stages)
     vector.setdefault("envs_per_worker", envs_per_worker)
     vector.setdefault("start_timeout", start_timeout)
+    if profile:
+        vector["profile"] = True
     unknown = set(vector) - _VECTOR_ARGS
     if unknown:
         raise ValueError(f"vector_kwargs: unknown PipelinedVectorEnv arguments {sorted(unknown)}")

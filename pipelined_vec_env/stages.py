@@ -12,6 +12,7 @@ RLinf's pipelined rollout.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,8 @@ class Stage:
         failed: Failed workers (index -> why); a failed stage must be reset, at least
             every env of each failed worker (a ``reset_mask`` covering them will do).
         context: Per-call data kept between the async and the wait half.
+        profiler: The vector env's ``Profiler`` when profiling is on (else None): told
+            when a call starts, when the caller starts waiting and when the call ends.
     """
 
     index: int
@@ -71,6 +74,7 @@ class Stage:
     whole: bool = False
     failed: dict[int, str] = field(default_factory=dict)
     context: Any = None
+    profiler: Any = None
 
     @property
     def failure(self) -> str | None:
@@ -114,6 +118,8 @@ class Stage:
     def mark(self, op: str, whole: bool, context: Any = None) -> None:
         """Record that ``op`` is now in flight."""
         self.state, self.whole, self.context = op, whole, context
+        if self.profiler is not None:
+            self.profiler.stage_started(self.index, op)
 
     def check_wait(self, op: str, whole: bool) -> None:
         """Check that a wait for ``op`` matches the call in flight.
@@ -129,6 +135,8 @@ class Stage:
                 f"(in flight: {self.state})",
                 op,
             )
+        if self.profiler is not None:
+            self.profiler.wait_started(self.index)
         if self.whole != whole:
             started = "for all stages (stage=None)" if self.whole else f"with stage={self.index}"
             raise NoAsyncCallError(
@@ -165,6 +173,8 @@ class Stage:
                 if answer[0] != "error" or self.state in ("step", "reset"):
                     self.fail(worker, reason)
         self.state, self.whole, self.context = None, False, None
+        if self.profiler is not None:
+            self.profiler.stage_finished(self.index)
         return results, error
 
     def wait(self, timeout: float | None) -> None:
@@ -195,9 +205,12 @@ def wait_any_stage(stages: list[Stage], timeout: float | None) -> int:
     if not busy:
         raise NoAsyncCallError("wait_any: no stage has a call in flight", "wait_any")
     deadline = deadline_after(timeout)
+    profiler, t0 = busy[0].profiler, time.monotonic_ns()
     while True:
         for stage in busy:
             if stage.done():
+                if profiler is not None:
+                    profiler.caller_waited("wait_any", t0, stage.index)
                 return stage.index
         handles = [w for s in busy for w in s.workers]
         if not receive_ready(handles, remaining(deadline)):

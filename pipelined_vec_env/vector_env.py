@@ -28,6 +28,7 @@ from gymnasium.vector.utils import (
 from .batching import batch_slice, check_actions, to_numpy
 from .decoupled import DecoupledState
 from .errors import WaitTimeoutError, WorkerCrashedError
+from .profiling import Profiler
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
 from .worker_handle import (
@@ -225,6 +226,11 @@ class PipelinedVectorEnv(VectorEnv):
             `RayOptions` (per-worker ``num_cpus``,
             ``num_gpus``, ``resources``, ``placement_group``/``bundle_indices`` or
             ``node_ids``, ``address`` ...). Must be None otherwise.
+        profile: Record every worker command (sent, started and finished in the worker,
+            received), each stage's calls in flight, the caller's waits, restarts and
+            deadline kills in ``envs.profiler`` (a `Profiler`: Chrome trace, timeline
+            PNG, summary with the bottleneck; see ``docs/profiling.md``). Off,
+            ``envs.profiler`` still exists: ``span()`` does nothing and its exports raise.
 
     Raises:
         ValueError: Bad arguments (checked before any worker starts).
@@ -253,8 +259,10 @@ class PipelinedVectorEnv(VectorEnv):
         backend: str = "multiprocessing",
         ray_options: Any = None,
         start_timeout: float = 300.0,
+        profile: bool = False,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
+        self.profiler = Profiler(enabled=bool(profile))
         self._handles: list[WorkerHandle] = []
         self._shm_arrays: list[Any] = []
         env_fns = list(env_fns)
@@ -357,6 +365,10 @@ class PipelinedVectorEnv(VectorEnv):
                             cloudpickle.dumps(env_fns[lo:hi]),
                         )
                     )
+            if profile:
+                for h in self._handles:
+                    self.profiler.add_worker(h.index, h.stage, h.env_indices)
+                    h.profiler = self.profiler
             receive_started(self._handles, self.start_timeout)
             for h in self._handles:  # the first failure, without waiting for the others
                 if h.answer is not None and h.answer[0] != "ready":
@@ -367,7 +379,12 @@ class PipelinedVectorEnv(VectorEnv):
             raise
 
         self.stages: tuple[Stage, ...] = tuple(
-            Stage(s, self.stage_slices[s], [h for h in self._handles if h.stage == s])
+            Stage(
+                s,
+                self.stage_slices[s],
+                [h for h in self._handles if h.stage == s],
+                profiler=self.profiler if profile else None,
+            )
             for s in range(self.num_stages)
         )
         self._env_obs: list[Any] = [None] * num_envs

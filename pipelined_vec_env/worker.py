@@ -17,10 +17,13 @@ Messages from the caller are ``(command, payload)`` tuples:
 | `close` | `None` | `None`, then the worker exits |
 
 Answers are ``("ok", payload)`` or ``("error", (pickled_exception or None, type_name,
-message, formatted_traceback))``. At start-up the worker sends ``("ready", description)``
-with its envs' spaces, metadata, render mode and spec, or an error. ``obs_items`` is
-``None`` when observations were written to shared memory, else a list of one observation
-per env. ``infos[i]`` is a list of info dicts that the caller merges in order with
+message, formatted_traceback))``. A third element in a command (``(command, payload,
+True)``, sent while profiling) asks for the worker's start and finish times
+(``time.monotonic_ns``): its ``ok`` answer is then ``("ok", payload, (started_ns,
+finished_ns))``, which the caller's side strips. At start-up the worker sends
+``("ready", description)`` with its envs' spaces, metadata, render mode and spec, or an
+error. ``obs_items`` is ``None`` when observations were written to shared memory, else a
+list of one observation per env. ``infos[i]`` is a list of info dicts that the caller merges in order with
 gymnasium's rules (under ``SAME_STEP`` autoreset a finished env contributes
 ``{"final_obs", "final_info"}`` then its reset info, as ``SyncVectorEnv`` does).
 """
@@ -383,7 +386,10 @@ def _watch_parent(parent_pid: int) -> None:
 def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     while True:
-        command, payload = pickle.loads(conn.recv_bytes())  # EOFError: the caller is gone
+        message = pickle.loads(conn.recv_bytes())  # EOFError: the caller is gone
+        command, payload = message[0], message[1]
+        timed = len(message) > 2  # profiling: start and finish times ride on the answer
+        started = time.monotonic_ns() if timed else 0
         if command == "attach":
             envs.attach(*payload)
             continue
@@ -410,7 +416,7 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
             send(conn, ("error", pack_exception(exc)))
             continue
         try:
-            send(conn, ("ok", result))
+            send(conn, ("ok", result, (started, time.monotonic_ns())) if timed else ("ok", result))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             # the result could not be pickled; nothing was written to the pipe yet
             send(conn, ("error", pack_exception(exc)))

@@ -18,10 +18,13 @@ import time
 import types
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
 from .worker import send, worker_main
+
+if TYPE_CHECKING:
+    from .profiling import Profiler
 
 __all__ = [
     "WorkerHandle",
@@ -75,7 +78,11 @@ class WorkerHandle:
         pending: A command was sent and its answer not received yet.
         answer: A received answer not consumed yet (``("ok", x)``, ``("error", info)`` or
             ``("crashed", exitcode)``).
+        profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
+            every send, answer, restart, deadline kill and death.
     """
+
+    profiler: Profiler | None = None
 
     def __init__(
         self,
@@ -138,11 +145,15 @@ class WorkerHandle:
         """
         self.close(timeout=0.0)
         self.restarts += int(counted)
+        if self.profiler is not None:
+            self.profiler.worker_restarted(self.index)
         self._start()
 
     def kill_for_deadline(self) -> None:
         """Kill a worker that overran its deadline; the wait then reports a crash."""
         self.deadline_exceeded = True
+        if self.profiler is not None:
+            self.profiler.deadline_kill(self.index)
         if self.process.is_alive():
             self.process.kill()
 
@@ -154,8 +165,11 @@ class WorkerHandle:
         step with the protocol).
         """
         if not self.dead:
+            if self.profiler is not None:  # before the send: the worker may start at once
+                self.profiler.command_sent(self.index, command)
             try:
-                send(self.conn, (command, payload))
+                timed = self.profiler is not None  # ask for the worker's times
+                send(self.conn, (command, payload, True) if timed else (command, payload))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
         if self.dead:
@@ -172,12 +186,22 @@ class WorkerHandle:
         return answer
 
     def recv_answer(self) -> tuple[str, Any]:
-        """Read one answer from the pipe (blocks; raises EOFError if the worker is gone)."""
-        return pickle.loads(self.conn.recv_bytes())
+        """Read one answer from the pipe (blocks; raises EOFError if the worker is gone).
+
+        The worker's start and finish times that ride on an answer go to the profiler
+        (when on) and are stripped: the answer returned is ``(kind, payload)``.
+        """
+        answer = pickle.loads(self.conn.recv_bytes())
+        if self.profiler is None:
+            return answer
+        self.profiler.answer_received(self.index, answer[0], answer[2] if len(answer) > 2 else None)
+        return answer[:2]
 
     def _mark_dead(self) -> None:
         self.dead = True
         self.process.join(timeout=1.0)
+        if self.profiler is not None:
+            self.profiler.worker_died(self.index, self.process.exitcode)
 
     def check_alive(self) -> bool:
         """Whether the process is alive (a cheap ``waitpid``); one found dead is marked so,

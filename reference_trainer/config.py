@@ -135,6 +135,10 @@ class TrainConfig:
     """Write TensorBoard scalars to the run directory."""
     progress: bool = True
     """Show a tqdm progress bar."""
+    profile: bool = False
+    """Profile the rollouts (updates and evaluations left out): write trace.json (Perfetto /
+    chrome://tracing), timeline.png and profile.json (the summary) into the run directory
+    and print the bottleneck at the end. See docs/profiling.md."""
 
     def resolved_torch_threads(self, num_workers: int) -> int:
         """Threads for torch: the explicit setting, or cores left over by the env workers.

@@ -34,7 +34,7 @@ from reference_trainer.agent import RolloutPolicy, obs_to_tensor
 from reference_trainer.envs import EnvFactory
 from reference_trainer.evaluation import EvalResult
 from reference_trainer.metrics import EpisodeRecord, RolloutTimings
-from reference_trainer.rollout import Rollout, action_bounds, stack_obs
+from reference_trainer.rollout import Rollout, action_bounds, inference_span, stack_obs
 
 __all__ = ["DecoupledRolloutCollector"]
 
@@ -132,6 +132,7 @@ class DecoupledRolloutCollector:
         self._decision = np.zeros(self.num_envs, dtype=np.int64)
         self._episodes = [_Episode() for _ in range(self.num_envs)]
         self._ready = False
+        self._span = inference_span(envs)
 
     # -- state -------------------------------------------------------------------------
 
@@ -165,9 +166,10 @@ class DecoupledRolloutCollector:
             rows = torch.as_tensor(decisions, device=self.device)
             cols = torch.as_tensor(env_ids, device=self.device)
             noise = self._noise[rows, cols]
-        out = self.policy.act(obs_to_tensor(obs, self.device), noise)
-        action = out.action.detach().float()
-        clipped = np.clip(action.cpu().numpy(), self._low, self._high)
+        with self._span(None):  # the copy to the CPU waits for the device too
+            out = self.policy.act(obs_to_tensor(obs, self.device), noise)
+            action = out.action.detach().float()
+            clipped = np.clip(action.cpu().numpy(), self._low, self._high)
         return clipped, {"action": action, "logprob": out.logprob, "value": out.value}
 
     # -- one rollout -------------------------------------------------------------------

@@ -128,6 +128,7 @@ def make_vector_env(
     step_deadline: float | None = None,
     backend: str = "multiprocessing",
     ray_options: dict[str, Any] | None = None,
+    profile: bool = False,
 ) -> gym.vector.VectorEnv:
     """Build the staged training vector env in SAME_STEP autoreset mode.
 
@@ -142,6 +143,7 @@ def make_vector_env(
         step_deadline: seconds per worker step before it is killed (passed on too).
         backend: ``"multiprocessing"`` or ``"ray"`` (passed to ``PipelinedVectorEnv``).
         ray_options: With ``backend="ray"``: actor placement (see ``RayOptions``).
+        profile: record a profile in ``envs.profiler`` (passed to ``PipelinedVectorEnv``).
 
     Returns:
         A ``pipelined_vec_env.PipelinedVectorEnv``.
@@ -163,4 +165,5 @@ def make_vector_env(
         step_deadline=step_deadline,
         backend=backend,
         ray_options=ray_options,
+        profile=profile,
     )

@@ -23,6 +23,7 @@ decision is wasted on a reset step.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Mapping
@@ -37,7 +38,7 @@ from gymnasium.vector import AutoresetMode
 from reference_trainer.agent import ObsBatch, RolloutPolicy, obs_to_tensor
 from reference_trainer.metrics import EpisodeRecord, RolloutTimings
 
-__all__ = ["Rollout", "RolloutCollector", "StageOrder"]
+__all__ = ["Rollout", "RolloutCollector", "StageOrder", "inference_span"]
 
 StageOrder = Literal["round_robin", "first_ready"]
 
@@ -256,6 +257,7 @@ class RolloutCollector:
         self.generator.manual_seed(int(noise_seed))
         self.next_obs: NumpyObs | None = None
         self._tracker = _EpisodeTracker(self.num_envs)
+        self._span = inference_span(envs)
 
     # -- state -------------------------------------------------------------------------
 
@@ -306,7 +308,8 @@ class RolloutCollector:
         else:
             self._collect_serial()
         t0 = time.perf_counter()
-        next_value = self.policy.get_value(obs_to_tensor(self.next_obs, self.device))
+        with self._span(None):
+            next_value = self.policy.get_value(obs_to_tensor(self.next_obs, self.device))
         self._timings.inference_s += time.perf_counter() - t0
         self._timings.rollout_s = time.perf_counter() - start
         self._timings.decisions = T * N
@@ -348,7 +351,7 @@ class RolloutCollector:
     def _collect_serial(self) -> None:
         everything = slice(0, self.num_envs)
         for t in range(self.num_steps):
-            actions = self._infer(everything, t)
+            actions = self._infer(everything, t, None)
             t0 = time.perf_counter()
             result = self.envs.step(actions)
             self._timings.env_wait_s += time.perf_counter() - t0
@@ -359,7 +362,7 @@ class RolloutCollector:
         num_stages = len(self.stage_slices)
         decision = [0] * num_stages
         for stage, index in enumerate(self.stage_slices):
-            self._send(stage, self._infer(index, 0))
+            self._send(stage, self._infer(index, 0, stage))
         pending = set(range(num_stages))
         round_robin = itertools.cycle(range(num_stages))
         while pending:
@@ -374,7 +377,7 @@ class RolloutCollector:
             self._record(index, decision[stage], result)
             decision[stage] += 1
             if decision[stage] < self.num_steps:
-                self._send(stage, self._infer(index, decision[stage]))
+                self._send(stage, self._infer(index, decision[stage], stage))
             else:
                 pending.discard(stage)
 
@@ -383,8 +386,12 @@ class RolloutCollector:
         self.envs.step_async(actions, stage=stage)  # type: ignore[call-arg]
         self._timings.env_send_s += time.perf_counter() - t0
 
-    def _infer(self, index: slice, t: int) -> np.ndarray:
+    def _infer(self, index: slice, t: int, stage: int | None) -> np.ndarray:
         """Infer stage ``index``'s decision ``t``; return clipped numpy actions for the envs."""
+        with self._span(stage):
+            return self._infer_unprofiled(index, t)
+
+    def _infer_unprofiled(self, index: slice, t: int) -> np.ndarray:
         assert self.next_obs is not None
         t0 = time.perf_counter()
         obs = obs_to_tensor(_obs_slice(self.next_obs, index), self.device)
@@ -457,6 +464,15 @@ class RolloutCollector:
         start = index.start or 0
         self._final_values[t, torch.as_tensor(start + local, device=self.device)] = values
         self._timings.inference_s += time.perf_counter() - t0
+
+
+def inference_span(envs: Any) -> Any:
+    """A function ``stage -> context manager`` timing inference as a profiler span named
+    ``"inference"`` when ``envs`` (or what it wraps) records a profile, else doing nothing."""
+    profiler = getattr(getattr(envs, "unwrapped", envs), "profiler", None)
+    if profiler is None or not profiler.enabled:
+        return lambda stage: contextlib.nullcontext()
+    return lambda stage: profiler.span("inference", stage)
 
 
 def _torch_dtype(array: np.ndarray) -> torch.dtype:

@@ -38,6 +38,7 @@ from reference_trainer.envs import EnvFactory, GymEnvFactory, make_vector_env, n
 from reference_trainer.evaluation import evaluate, record_video
 from reference_trainer.metrics import summarize_episodes
 from reference_trainer.ppo import PPOHyperparameters, RewardScaler, compute_gae, ppo_update
+from reference_trainer.profile_report import recording, write_profile
 from reference_trainer.rollout import Rollout, RolloutCollector
 
 __all__ = ["resolve_device", "train"]
@@ -180,7 +181,11 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             if config.backend == "ray"
             else None
         ),
+        profile=config.profile,
     )
+    profiler = envs.unwrapped.profiler if config.profile else None
+    if profiler is not None:
+        profiler.pause()  # only the rollouts are recorded (see recording())
     try:
         agent = ActorCritic(
             envs.single_observation_space,
@@ -306,7 +311,8 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 frac = 1.0 - (iteration - 1) / num_iterations
                 optimizer.param_groups[0]["lr"] = frac * config.learning_rate
 
-            rollout = collector.collect()
+            with recording(profiler):
+                rollout = collector.collect()
             global_step += rollout.timings.env_steps
 
             t0 = time.perf_counter()
@@ -377,6 +383,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 break
 
         progress.close()
+        profile = write_profile(profiler, run_dir) if profiler is not None else None
         final_eval = run_evaluation(video=config.eval_video) if config.eval_episodes > 0 else None
         save(run_dir / "checkpoints" / CHECKPOINT_NAME)
         wall_s = wall_before + time.perf_counter() - start
@@ -385,6 +392,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             final_eval, stopped_early,
         )
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if profile is not None:
+            where = f"{run_dir}/trace.json, timeline.png, profile.json"
+            print(f"profile ({where}): {profile['bottleneck_reason']}")
         return summary
     finally:
         if progress is not None:
