@@ -75,7 +75,7 @@ class Profiler:
         max_records: Most commands kept (older ones are dropped, as are the oldest spans
             past the same bound); about 200 bytes each.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> from pipelined_vec_env import PipelinedVectorEnv
         >>> envs = PipelinedVectorEnv([lambda: gym.make("CartPole-v1")] * 2, profile=True)
