@@ -455,9 +455,12 @@ class InferenceChannel:
         state = envs._decoupled
         busy = [w for w, queue in state.outstanding.items() if queue] if self._at_env else []
         deadline = deadline_after(timeout)
+        t0 = time.monotonic_ns()
         while True:
             env_ready, woken = self._poll(busy, state.wait_before(busy, deadline))
             if env_ready or woken:
+                if envs.profiler.enabled:  # the driver idled, waiting for envs or actors
+                    envs.profiler.caller_waited("channel wait", t0)
                 return env_ready, woken
             if state.kill_overdue(busy):
                 return True, False

@@ -424,7 +424,8 @@ class Profiler:
 
         Per round of all envs: env latency ``e`` (a stage's step round, independent of how
         many envs the stage has, i.e. enough cores for all workers) and caller time ``p``
-        (all it does outside waits, split evenly over stages). K stages cost
+        (all it does outside waits, or the time some inference span ran if longer, as
+        with inference on actor threads; split evenly over stages). K stages cost
         ``max(p, e + p / K)`` per round (K = 1: the serial ``e + p``); decoupled mode
         ``max(p, e)``.
         """
@@ -443,7 +444,8 @@ class Profiler:
                 "policy_s": None,
                 "current_stages": k,
             }
-        p = max(0.0, wall - result["caller_wait_s"] * 1e9) / max(full_rounds, 1e-9)
+        caller = max(wall - result["caller_wait_s"] * 1e9, self._inference_union() * wall)
+        p = max(0.0, caller) / max(full_rounds, 1e-9)
 
         def cost(stages: int | None) -> float:
             return max(p, e) if stages is None else max(p, e + p / stages)
@@ -473,8 +475,10 @@ class Profiler:
                 "no worker commands were recorded: the caller never waited on the envs.",
             )
         waiting = 1.0 - result["caller_busy_fraction"]
-        busy = result["caller_busy_fraction"]
         inference = 1.0 - result["policy_idle_fraction"]
+        # the policy's share: the caller's busy time, or (inference on actor threads, as
+        # in an InferenceChannel whose driver mostly waits) the time some inference ran
+        busy = max(result["caller_busy_fraction"], self._inference_union())
         env_busy = float(np.mean(list(busy_frac.values()))) if busy_frac else 0.0
         occupied = self._occupancy()
         transport = result["transport_fraction"]
@@ -482,7 +486,7 @@ class Profiler:
         p50 = [w["step_p50_s"] for w in result["workers"].values() if w["step_p50_s"] is not None]
         step = f"{1e3 * float(np.median(p50)):.3g} ms" if p50 else "n/a"
         facts = (
-            f"over {wall:.3g} s the caller waited for env results {waiting:.0%} of the time and "
+            f"over {wall:.3g} s the caller waited {waiting:.0%} of the time and the policy side "
             f"was busy {busy:.0%} (inference {inference:.0%}); env workers were stepping "
             f"{env_busy:.0%} of the time and had a command in flight {occupied:.0%} "
             f"(median step {step})"
@@ -518,6 +522,11 @@ class Profiler:
             f"{busy:.0%}."
         )
 
+    def _inference_union(self) -> float:
+        """Share of wall time during which some thread ran an ``"inference"`` span."""
+        spans = sorted((s[3], s[4]) for s in self._spans if s[0] == "inference")
+        return min(1.0, _union(spans) / max(self._wall_ns(), 1))
+
     def _occupancy(self) -> float:
         """Mean over workers of the share of wall time with a command in flight."""
         per = max(self._wall_ns(), 1)
@@ -526,20 +535,7 @@ class Profiler:
             by_worker.setdefault(r[0], []).append((r[2], r[5]))
         if not by_worker:
             return 0.0
-        fractions = []
-        for intervals in by_worker.values():
-            intervals.sort()
-            total, end = 0, None
-            start = None
-            for a, b in intervals:
-                if end is None or a > end:
-                    if end is not None:
-                        total += end - start
-                    start, end = a, b
-                else:
-                    end = max(end, b)
-            total += end - start
-            fractions.append(min(1.0, total / per))
+        fractions = [min(1.0, _union(sorted(iv)) / per) for iv in by_worker.values()]
         return float(np.mean(fractions))
 
     # ------------------------------------------------------------------ exports
@@ -715,6 +711,19 @@ def merged_waits(waits: Sequence[tuple]) -> list[tuple[str, tuple[int, ...], int
             continue
         merged.append([name, [] if stage is None else [stage], t0, t1])
     return [(n, tuple(sorted(st)), a, b) for n, st, a, b in merged]
+
+
+def _union(intervals: list[tuple[int, int]]) -> int:
+    """Total length covered by sorted ``(start, end)`` intervals."""
+    total, start, end = 0, None, None
+    for a, b in intervals:
+        if end is None or a > end:
+            if end is not None:
+                total += end - start
+            start, end = a, b
+        else:
+            end = max(end, b)
+    return total + (end - start if end is not None else 0)
 
 
 def _finished(record: tuple) -> int:
