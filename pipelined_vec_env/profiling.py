@@ -96,6 +96,10 @@ class Profiler:
         self.num_stages = 0
         self._workers: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._lock = threading.Lock()
+        # track 0: the thread that built the env (it drives it: its waits go there too)
+        self._threads: dict[int, tuple[int, str]] = {
+            threading.get_ident(): (0, threading.current_thread().name)
+        }
         self.clear()
 
     # ------------------------------------------------------------------ set-up
@@ -112,7 +116,6 @@ class Profiler:
         self._waits: deque[tuple[str, int | None, int, int]] = deque(maxlen=n)
         self._spans: deque[tuple[str, int | None, int, int, int]] = deque(maxlen=n)
         self._instants: deque[tuple[str, int, int, dict[str, Any]]] = deque(maxlen=n)
-        self._threads: dict[int, tuple[int, str]] = {}
         self._stage_open: dict[int, tuple[str, int]] = {}
         self._wait_open: dict[int, int] = {}
         self._last: dict[int, tuple[int, str, int, int | None, int | None, int, str]] = {}

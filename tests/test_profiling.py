@@ -256,3 +256,31 @@ def test_pause_leaves_time_out_of_wall(make_pipelined):
     summary = envs.profiler.summary()
     assert summary["wall_s"] < 0.3
     assert summary["workers"]["0"]["commands"] == 2  # the reset and the second step
+
+
+@pytest.mark.parametrize("slow", ["policy", "env"])
+def test_inference_channel_bottleneck(make_pipelined, slow):
+    from pipelined_vec_env.channel import InferenceChannel
+
+    envs = make_pipelined([partial(_sleepy, 0.03)] * 2, profile=True)
+
+    def policy(obs, env_ids):
+        with envs.profiler.span("inference"):  # on the actor's thread
+            if slow == "policy":
+                time.sleep(0.03)
+            action = FaultyEnv.SLEEP if slow == "env" else FaultyEnv.NORMAL
+            return np.full(len(env_ids), action, dtype=np.int64)
+
+    with InferenceChannel(envs, [policy]) as channel:
+        channel.reset(seed=0)
+        channel.run(steps_per_env=8)
+    summary = envs.profiler.summary()
+    assert summary["bottleneck"] == slow, summary["bottleneck_reason"]
+    trace = envs.profiler.chrome_trace()["traceEvents"]
+    tracks = {e["args"]["name"] for e in trace if e["name"] == "thread_name" and e["pid"] == 1}
+    assert any("actor" in name for name in tracks)  # the actor thread's own track
+    waits = [e for e in trace if e["ph"] == "X" and e["cat"] == "wait"]
+    assert {e["tid"] for e in waits} == {0}  # on the driving thread's track
+    spans = [e for e in trace if e["ph"] == "X" and e["name"] == "inference"]
+    assert 0 not in {e["tid"] for e in spans}
+    assert any(e["ph"] == "X" and e["name"].startswith("channel wait") for e in trace)
