@@ -140,8 +140,9 @@ def _(space: spaces.Tuple, stacked: tuple[Any, ...]) -> tuple[Any, ...]:
 def to_numpy(actions: Any) -> Any:
     """Convert torch tensors (CPU or CUDA) inside ``actions`` to numpy arrays.
 
-    Dicts, tuples and lists are converted element-wise; anything else is returned as is.
-    torch is never imported here: a tensor is recognised by its ``detach``/``cpu``/``numpy``
+    Dicts and tuples are converted element-wise; a named tuple (such as a Graph space's
+    `GraphInstance`) stays an instance of its own class; anything else is returned as is.
+    torch is never imported here: a tensor is recognised by its `detach`/`cpu`/`numpy`
     methods.
     """
     if hasattr(actions, "detach") and hasattr(actions, "cpu") and hasattr(actions, "numpy"):
@@ -149,7 +150,10 @@ def to_numpy(actions: Any) -> Any:
     if isinstance(actions, dict):
         return {key: to_numpy(value) for key, value in actions.items()}
     if isinstance(actions, tuple):
-        return tuple(to_numpy(value) for value in actions)
+        values = [to_numpy(value) for value in actions]
+        if hasattr(actions, "_fields"):  # a namedtuple: rebuild it as its own class
+            return type(actions)(*values)
+        return tuple(values)
     return actions
 
 
