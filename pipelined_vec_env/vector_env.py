@@ -574,6 +574,20 @@ class PipelinedVectorEnv(VectorEnv):
         )
 
     @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's `np_random_seed`, in env order (as gymnasium's `AsyncVectorEnv`).
+
+        After `reset(seed=42)` on 4 envs: `(42, 43, 44, 45)`. Every stage must be idle.
+        """
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """Copies of each env's `np_random` generator, in env order (as gymnasium's
+        `AsyncVectorEnv`: the generators live in the workers)."""
+        return self.get_attr("np_random")
+
+    @property
     def restart_counts(self) -> tuple[int, ...]:
         """Restarts so far, per worker."""
         return tuple(w.restarts for w in self._handles)

@@ -56,3 +56,18 @@ def test_graph_actions_reach_the_env(make_pipelined, space, shared_memory):
     received = envs.get_attr("last_action")
     for i, action in enumerate(received):
         assert envs.single_action_space.contains(action), (i, action)
+
+
+def test_np_random_seed_and_np_random_are_per_env(make_pipelined):
+    envs = make_pipelined([lambda: gym.make("CartPole-v1") for _ in range(4)], num_stages=2)
+    envs.reset(seed=42)
+    assert envs.np_random_seed == (42, 43, 44, 45)
+    envs.reset()  # seed=None keeps the seeds
+    assert envs.np_random_seed == (42, 43, 44, 45)
+    generators = envs.np_random
+    assert isinstance(generators, tuple) and len(generators) == 4
+    assert all(isinstance(g, np.random.Generator) for g in generators)
+    expected = gym.make("CartPole-v1")
+    expected.reset(seed=44)
+    expected.reset()  # the same two resets as env 2
+    assert generators[2].bit_generator.state == expected.unwrapped.np_random.bit_generator.state
