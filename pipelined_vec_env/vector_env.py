@@ -13,7 +13,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from gymnasium import Env, Space, spaces
-from gymnasium.error import NoAsyncCallError
+from gymnasium.error import ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
@@ -467,7 +467,9 @@ class PipelinedVectorEnv(VectorEnv):
 
     def _check_open(self) -> None:
         if self.closed:
-            raise RuntimeError("the vector env is closed")
+            raise ClosedEnvironmentError(
+                f"Trying to operate on {type(self).__name__} after a call to close()"
+            )
 
     def _observations(self, envs: slice) -> Any:
         space = self.single_observation_space

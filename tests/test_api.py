@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
-from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
 from pipelined_vec_env import WaitTimeoutError
@@ -155,7 +155,7 @@ def test_close_is_idempotent_and_stops_workers(make_pipelined):
     assert envs.closed
     for pid in procs:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(ClosedEnvironmentError):
         envs.step(np.zeros(3, dtype=np.int64))
 
 

@@ -71,3 +71,19 @@ def test_np_random_seed_and_np_random_are_per_env(make_pipelined):
     expected.reset(seed=44)
     expected.reset()  # the same two resets as env 2
     assert generators[2].bit_generator.state == expected.unwrapped.np_random.bit_generator.state
+
+
+def test_a_closed_env_raises_closed_environment_error(make_pipelined):
+    envs = make_pipelined([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    envs.close()
+    for use in (
+        lambda: envs.reset(),
+        lambda: envs.step(np.zeros(2, np.int64)),
+        lambda: envs.step_async(np.zeros(2, np.int64)),
+        lambda: envs.call("render"),
+        lambda: envs.get_attr("spec"),
+        lambda: envs.set_attr("x", 1),
+        lambda: envs.async_reset(),
+    ):
+        with pytest.raises(gym.error.ClosedEnvironmentError):
+            use()
