@@ -171,22 +171,45 @@ def check_actions(space: spaces.Space, actions: Any, n: int, name: str = "action
         name: How the batch is named in error messages.
 
     Returns:
-        The batch as numpy arrays of the space's dtype, in gymnasium's batched layout.
+        The batch in gymnasium's batched layout, with the caller's values and dtypes (as
+        gymnasium's vector envs hand actions to the envs: a float64 batch for a float32
+        Box reaches the envs as float64): array parts as numpy arrays (`np.asarray` of
+        what was given), other parts as tuples of the given items.
 
     Raises:
+        TypeError: A scalar where a batch of `n` actions is expected (gymnasium's
+            vector envs raise TypeError there too); a space's own `contains` raised
+            TypeError (re-raised naming the argument and the item).
         ValueError: Wrong length, shape or dtype kind, or a value outside a discrete space.
     """
     if not isinstance(actions, (tuple, list)) or len(actions) != n:
+        if np.ndim(actions) == 0 and not isinstance(actions, (tuple, list)):
+            raise TypeError(
+                f"{name}: expected a batch of {n} actions (one per env) for {space}, "
+                f"got a single {type(actions).__name__} {actions!r}"
+            )
         got = f"length {len(actions)}" if isinstance(actions, (tuple, list)) else type(actions)
         raise ValueError(f"{name}: expected a sequence of {n} actions for {space}, got {got}")
     for i, action in enumerate(actions):
-        if not space.contains(action):
+        try:
+            inside = space.contains(action)
+        except TypeError as exc:
+            raise TypeError(
+                f"{name}[{i}]={action!r}: {type(space).__name__}.contains raised "
+                f"TypeError ({exc}) checking it against the action space {space}"
+            ) from exc
+        if not inside:
             raise ValueError(f"{name}[{i}]={action!r} is not in the action space {space}")
     return tuple(actions)
 
 
 def _as_array(space: spaces.Space, actions: Any, n: int, name: str) -> np.ndarray:
     array = np.asarray(actions)
+    if array.ndim == 0:
+        raise TypeError(
+            f"{name}: expected a batch of {n} actions (one per env, shape {(n, *space.shape)}) "
+            f"for {space}, got a single {type(actions).__name__} {actions!r}"
+        )
     shape = (n, *space.shape)
     if array.shape != shape:
         raise ValueError(
@@ -200,12 +223,12 @@ def _as_array(space: spaces.Space, actions: Any, n: int, name: str) -> np.ndarra
 def _(space: spaces.Box, actions: Any, n: int, name: str = "actions") -> np.ndarray:
     array = _as_array(space, actions, n, name)
     if array.dtype.kind not in "biuf":
-        raise ValueError(f"{name}: expected a numeric dtype castable to {space.dtype}, got {array.dtype}")
+        raise ValueError(f"{name}: expected a numeric dtype for {space}, got {array.dtype}")
     if array.dtype.kind == "f" and space.dtype.kind in "iu":
         raise ValueError(
             f"{name}: expected dtype {space.dtype} (integer Box), got floating dtype {array.dtype}"
         )
-    return array.astype(space.dtype, copy=False)
+    return array
 
 
 def _check_integer(space: spaces.Space, array: np.ndarray, name: str) -> None:
@@ -224,7 +247,7 @@ def _(space: spaces.Discrete, actions: Any, n: int, name: str = "actions") -> np
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{name}[{i}]={array[i]} is outside {space} (valid: {low}..{high - 1})")
-    return array.astype(space.dtype, copy=False)
+    return array
 
 
 @check_actions.register(spaces.MultiDiscrete)
@@ -235,7 +258,7 @@ def _(space: spaces.MultiDiscrete, actions: Any, n: int, name: str = "actions") 
     if bad.any():
         i = int(np.argwhere(bad)[0][0])
         raise ValueError(f"{name}[{i}]={array[i]} is outside {space}")
-    return array.astype(space.dtype, copy=False)
+    return array
 
 
 @check_actions.register(spaces.MultiBinary)
@@ -246,11 +269,13 @@ def _(space: spaces.MultiBinary, actions: Any, n: int, name: str = "actions") ->
     if bad.any():
         i = int(np.argwhere(bad)[0][0])
         raise ValueError(f"{name}[{i}]={array[i]} is not binary for {space}")
-    return array.astype(space.dtype, copy=False)
+    return array
 
 
 @check_actions.register(spaces.Dict)
 def _(space: spaces.Dict, actions: Any, n: int, name: str = "actions") -> dict[str, Any]:
+    if not isinstance(actions, dict) and np.ndim(actions) == 0:
+        raise TypeError(f"{name}: expected a dict of batches for {space}, got {actions!r}")
     if not isinstance(actions, dict) or set(actions) != set(space.spaces):
         keys = sorted(actions) if isinstance(actions, dict) else type(actions)
         raise ValueError(f"{name}: expected a dict with keys {sorted(space.spaces)}, got {keys}")
@@ -262,6 +287,8 @@ def _(space: spaces.Dict, actions: Any, n: int, name: str = "actions") -> dict[s
 
 @check_actions.register(spaces.Tuple)
 def _(space: spaces.Tuple, actions: Any, n: int, name: str = "actions") -> tuple[Any, ...]:
+    if not isinstance(actions, (tuple, list)) and np.ndim(actions) == 0:
+        raise TypeError(f"{name}: expected a tuple of batches for {space}, got {actions!r}")
     if not isinstance(actions, (tuple, list)) or len(actions) != len(space.spaces):
         raise ValueError(
             f"{name}: expected a tuple of {len(space.spaces)} batches for {space}, got {type(actions)}"

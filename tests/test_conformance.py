@@ -87,3 +87,53 @@ def test_a_closed_env_raises_closed_environment_error(make_pipelined):
     ):
         with pytest.raises(gym.error.ClosedEnvironmentError):
             use()
+
+
+def test_the_env_receives_the_callers_action_dtype_and_values(make_pipelined):
+    space = spaces.Box(0, 1, (2,), np.float32)
+    envs = make_pipelined([lambda: ActionRecordingEnv(space) for _ in range(2)])
+    envs.reset(seed=0)
+    actions = np.array([[0.1, 0.2], [0.3, 0.4]], dtype=np.float64)
+    envs.step(actions)
+    received = envs.get_attr("last_action")
+    for i in range(2):  # was float32 [0.1, 0.2] (cast to the space's dtype)
+        assert received[i].dtype == np.float64
+        np.testing.assert_array_equal(received[i], actions[i])
+    envs.step(np.array([3, 1], dtype=np.int64).reshape(2, 1).repeat(2, axis=1))
+    assert envs.get_attr("last_action")[0].dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(2), spaces.Box(0, 1, (2,)), spaces.Dict(a=spaces.Discrete(2))],
+    ids=["Discrete", "Box", "Dict"],
+)
+def test_a_scalar_action_raises_type_error(make_pipelined, space):
+    envs = make_pipelined([lambda: ActionRecordingEnv(space) for _ in range(4)], num_stages=2)
+    envs.reset(seed=0)
+    with pytest.raises(TypeError, match="actions: expected a batch of 4 actions|dict of batches"):
+        envs.step(0)  # was ValueError; gymnasium's vector envs raise TypeError
+    envs.step(envs.action_space.sample())  # no env moved: the next step works
+
+
+class StrictSpace(gym.Space):
+    """A user space whose `contains` raises TypeError on a string (as `0 <= "a"` does)."""
+
+    def contains(self, x: Any) -> bool:
+        return 0 <= x <= 10
+
+    def sample(self, mask: Any = None, probability: Any = None) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StrictSpace)
+
+
+def test_a_user_space_whose_contains_raises_is_named(make_pipelined):
+    envs = make_pipelined([lambda: ActionRecordingEnv(StrictSpace()) for _ in range(2)])
+    envs.reset(seed=0)
+    with pytest.raises(TypeError, match=r"actions\[1\]='a': StrictSpace.contains raised") as info:
+        envs.step((1, "a"))
+    assert isinstance(info.value.__cause__, TypeError)
+    envs.step((1, 2))
+    assert envs.get_attr("last_action") == (1, 2)
