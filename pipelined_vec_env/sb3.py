@@ -273,7 +273,19 @@ class SB3VecEnv(VecEnv):
     # ------------------------------------------------------------------ env access
 
     def _indices(self, indices: VecEnvIndices) -> list[int]:
-        return [int(i) for i in self._get_indices(indices)]
+        """The selected envs as indices in `[0, num_envs)`; negative ones count from the
+        end, as Python lists (and so SB3's own VecEnvs) index.
+
+        Raises:
+            IndexError: An index outside `[-num_envs, num_envs)` (as SB3's VecEnvs).
+        """
+        n = self.num_envs
+        out = []
+        for i in self._get_indices(indices):
+            if not -n <= int(i) < n:
+                raise IndexError(f"indices: {i} is out of range for {n} envs")
+            out.append(int(i) % n)
+        return out
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """Return attribute ``attr_name`` of the selected envs (looked up through wrappers).

@@ -294,3 +294,14 @@ def test_sb3_example_runs():
               "--eval-episodes", "1", "--normalize"],
     )
     assert module.main(args) > 0  # CartPole pays 1 per step
+
+
+def test_negative_indices_count_from_the_end(vec_envs):
+    venv = vec_envs(SB3VecEnv([partial(CountingEnv, i, 3) for i in range(3)], num_stages=2))
+    assert venv.get_attr("env_id", indices=[0, -1]) == [0, 2]
+    assert venv.env_method("get_wrapper_attr", "env_id", indices=-2) == [1]
+    venv.set_attr("tag", "x", indices=[-1])
+    assert venv.get_attr("tag", indices=[2]) == ["x"]
+    assert venv.env_is_wrapped(gym.Wrapper, indices=[-3]) == [False]
+    with pytest.raises(IndexError, match="indices"):
+        venv.get_attr("env_id", indices=[3])
