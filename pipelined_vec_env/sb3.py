@@ -127,6 +127,34 @@ def _wrapper_check(wrapper_class: type) -> _SentByValue:
     return _SentByValue(has_layer)
 
 
+def _batched_actions(space: gym.Space, actions: Any, num_envs: int) -> Any:
+    """SB3's per-env action list for a Dict or Tuple action space (what `SubprocVecEnv`
+    and `DummyVecEnv` index by env) as gymnasium's batched layout, values and dtypes kept;
+    anything else unchanged (arrays already are gymnasium's layout)."""
+    if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return actions
+    if not isinstance(actions, (list, tuple)) or len(actions) != num_envs:
+        return actions
+    if isinstance(space, gym.spaces.Tuple) and not all(
+        isinstance(a, (list, tuple)) and len(a) == len(space.spaces) for a in actions
+    ):
+        return actions  # a tuple of batches: gymnasium's layout already
+    if isinstance(space, gym.spaces.Dict) and not all(isinstance(a, dict) for a in actions):
+        return actions
+    return _stack(space, list(actions))
+
+
+def _stack(space: gym.Space, items: list[Any]) -> Any:
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _stack(sub, [item[k] for item in items]) for k, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_stack(sub, [item[j] for item in items]) for j, sub in enumerate(space.spaces))
+    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                          gym.spaces.MultiBinary)):
+        return np.stack([np.asarray(item) for item in items])
+    return tuple(items)
+
+
 class SB3VecEnv(VecEnv):
     """A [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] with Stable-Baselines3's ``VecEnv`` API.
 
@@ -231,12 +259,15 @@ class SB3VecEnv(VecEnv):
 
         Args:
             actions: A batch of ``num_envs`` actions (numpy array or torch tensor) of
-                shape ``(num_envs, *action_space.shape)``.
+                shape ``(num_envs, *action_space.shape)``; for Dict and Tuple action
+                spaces also SB3's list of one action per env (stacked here, values and
+                dtypes kept) or gymnasium's batched layout (a dict / tuple of batches).
 
         Raises:
             ValueError: Wrong shape or out-of-space discrete actions (no env moves).
+            TypeError: A scalar instead of a batch.
         """
-        self.pipelined.step_async(actions)
+        self.pipelined.step_async(_batched_actions(self.action_space, actions, self.num_envs))
         self.waiting = True
 
     def step_wait(self) -> VecEnvStepReturn:

@@ -305,3 +305,38 @@ def test_negative_indices_count_from_the_end(vec_envs):
     assert venv.env_is_wrapped(gym.Wrapper, indices=[-3]) == [False]
     with pytest.raises(IndexError, match="indices"):
         venv.get_attr("env_id", indices=[3])
+
+
+class MixedActionEnv(gym.Env):
+    """Keeps the last action it received; Dict or Tuple action space."""
+
+    observation_space = spaces.Box(-1, 1, (1,), np.float32)
+
+    def __init__(self, kind: str) -> None:
+        parts = (spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32))
+        self.action_space = spaces.Dict(d=parts[0], b=parts[1]) if kind == "dict" else spaces.Tuple(parts)
+        self.last_action: Any = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any):
+        self.last_action = action
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple"])
+def test_per_env_action_lists_for_dict_and_tuple_spaces(vec_envs, kind):
+    fns = [partial(MixedActionEnv, kind) for _ in range(3)]
+    ours = vec_envs(SB3VecEnv(fns))
+    ref = vec_envs(subproc(fns))
+    ours.reset(), ref.reset()
+    ours.action_space.seed(1)
+    actions = [ours.action_space.sample() for _ in range(3)]  # SB3's layout: one per env
+    ours.step(actions)
+    ref.step(actions)
+    assert_tree_equal(
+        [tuple(a) if kind == "tuple" else a for a in ours.get_attr("last_action")],
+        [tuple(a) if kind == "tuple" else a for a in ref.get_attr("last_action")],
+    )
