@@ -214,14 +214,18 @@ class SB3VecEnv(VecEnv):
                     "SB3VecEnv needs SAME_STEP autoreset (SB3 resets an env in the step that "
                     f"ends its episode), got autoreset_mode={mode!r}"
                 )
+            pipelined_kwargs.pop("info_layout", None)  # the adapter needs the envs' own dicts
             pipelined = PipelinedVectorEnv(
-                envs, autoreset_mode=AutoresetMode.SAME_STEP, **pipelined_kwargs
+                envs, autoreset_mode=AutoresetMode.SAME_STEP, info_layout="per_env",
+                **pipelined_kwargs,
             )
         else:
             raise TypeError(
                 "envs: expected a list of env constructors or a PipelinedVectorEnv, got "
                 f"{type(envs).__name__}"
             )
+        # SB3 hands each env's info dict on as the env wrote it: no batching round trip
+        pipelined.info_layout = "per_env"
         self.pipelined = pipelined
         self.waiting = False
         self.closed = False
@@ -249,7 +253,7 @@ class SB3VecEnv(VecEnv):
             self.waiting = False
         options = [o or None for o in self._options]
         obs, infos = self.pipelined.reset(seed=list(self._seeds), options=options)
-        self.reset_infos = split_infos(infos, self.num_envs)
+        self.reset_infos = list(infos)
         self._reset_seeds()
         self._reset_options()
         return obs
@@ -282,9 +286,8 @@ class SB3VecEnv(VecEnv):
         obs, rewards, terminations, truncations, infos = self.pipelined.step_wait()
         self.waiting = False
         dones = terminations | truncations
-        per_env = split_infos(infos, self.num_envs)
         env_infos: list[dict[str, Any]] = []
-        for i, info in enumerate(per_env):
+        for i, info in enumerate(infos):
             if dones[i]:
                 step_info = info.pop("final_info", {})
                 step_info["terminal_observation"] = info.pop("final_obs")

@@ -55,6 +55,15 @@ class _InfoBatch:
         self.num_envs = num_envs
 
 
+def _add_env_info(infos: Any, info: dict[str, Any], i: int, batcher: _InfoBatch) -> Any:
+    """Add env ``i``'s ``info`` to ``infos``: a list of per-env dicts (``info_layout=
+    "per_env"``, updated in place) or gymnasium's batched dict (merged)."""
+    if isinstance(infos, list):
+        infos[i].update(info)
+        return infos
+    return batcher._add_info(infos, info, i)
+
+
 def _views_stay_valid(space: Space) -> bool:
     """Whether gymnasium's ``read_from_shared_memory`` returns views (not decoded copies)."""
     if isinstance(space, spaces.Dict):
@@ -231,6 +240,13 @@ class PipelinedVectorEnv(VectorEnv):
             deadline kills in ``envs.profiler`` (a `Profiler`: Chrome trace, timeline
             PNG, summary with the bottleneck; see ``docs/profiling.md``). Off,
             ``envs.profiler`` still exists: ``span()`` does nothing and its exports raise.
+        info_layout: How `reset`/`step` (staged and whole-env) return infos:
+            `"batched"`, gymnasium's dict of arrays with `"_key"` masks; or `"per_env"`,
+            a list with one dict per env of the call exactly as the env wrote it (values,
+            types and shapes untouched; under `SAME_STEP` an env whose episode ended has
+            `"final_obs"`, `"final_info"` and its reset info's keys). The SB3 adapter
+            uses `"per_env"`. Decoupled `recv` always batches. A public attribute; it may
+            be changed between calls.
 
     Raises:
         ValueError: Bad arguments (checked before any worker starts).
@@ -260,6 +276,7 @@ class PipelinedVectorEnv(VectorEnv):
         ray_options: Any = None,
         start_timeout: float = 300.0,
         profile: bool = False,
+        info_layout: str = "batched",
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self.profiler = Profiler(enabled=bool(profile))
@@ -285,6 +302,8 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(f"start_timeout: expected finite seconds > 0, got {start_timeout!r}")
         if worker_threads is not None and (not isinstance(worker_threads, int) or worker_threads < 1):
             raise ValueError(f"worker_threads: expected None or an int >= 1, got {worker_threads!r}")
+        if info_layout not in ("batched", "per_env"):
+            raise ValueError(f"info_layout: expected 'batched' or 'per_env', got {info_layout!r}")
         if backend not in ("multiprocessing", "ray"):
             raise ValueError(f"backend: expected 'multiprocessing' or 'ray', got {backend!r}")
         if backend != "ray" and ray_options is not None:
@@ -320,6 +339,7 @@ class PipelinedVectorEnv(VectorEnv):
         self.max_restarts = int(max_restarts)
         self.step_deadline = step_deadline
         self.start_timeout = float(start_timeout)
+        self.info_layout = info_layout
 
         # layout: stages, then workers within each stage
         layout: list[tuple[int, list[tuple[int, int]]]] = []
@@ -464,6 +484,9 @@ class PipelinedVectorEnv(VectorEnv):
         ):
             raise ValueError(f"stage: expected None or an int in [0, {self.num_stages}), got {stage!r}")
         return [self.stages[stage]], self.stage_slices[stage]
+
+    def _empty_infos(self, n: int) -> Any:
+        return [{} for _ in range(n)] if self.info_layout == "per_env" else {}
 
     def _check_open(self) -> None:
         if self.closed:
@@ -785,7 +808,7 @@ class PipelinedVectorEnv(VectorEnv):
         collected, error = self._wait(stages, "reset", stage is None, timeout)
         n = envs.stop - envs.start
         real = np.zeros(n, dtype=np.bool_)
-        infos: dict[str, Any] = {}
+        infos = self._empty_infos(n)
         batcher = _InfoBatch(n)
         for s, results in collected:
             reset_ids = contexts[s.index]
@@ -797,7 +820,7 @@ class PipelinedVectorEnv(VectorEnv):
                     if items is not None:
                         self._env_obs[g] = items[k]
                     for info in env_infos[k]:
-                        infos = batcher._add_info(infos, info, g - envs.start)
+                        infos = _add_env_info(infos, info, g - envs.start, batcher)
         obs = self._observations(envs)
         if error is not None:
             zeros = np.zeros(n, dtype=np.bool_)
@@ -853,7 +876,8 @@ class PipelinedVectorEnv(VectorEnv):
         Returns:
             ``(observations, rewards, terminations, truncations, infos)`` for the stage's
             envs: rewards float64, terminations/truncations bool, each of shape
-            ``(stage_size,)``; infos merged as gymnasium does.
+            ``(stage_size,)``; infos merged as gymnasium does (a list of per-env
+            dicts with ``info_layout="per_env"``).
 
         Raises:
             NoAsyncCallError: No matching step in flight.
@@ -872,7 +896,7 @@ class PipelinedVectorEnv(VectorEnv):
         rewards = np.zeros(n, dtype=np.float64)
         terminations = np.zeros(n, dtype=np.bool_)
         truncations = np.zeros(n, dtype=np.bool_)
-        infos: dict[str, Any] = {}
+        infos = self._empty_infos(n)
         batcher = _InfoBatch(n)
         for _, results in collected:
             for worker, (items, rew, term, trunc, env_infos) in results:
@@ -884,7 +908,7 @@ class PipelinedVectorEnv(VectorEnv):
                     if items is not None:
                         self._env_obs[g] = items[k]
                     for info in env_infos[k]:
-                        infos = batcher._add_info(infos, info, g - envs.start)
+                        infos = _add_env_info(infos, info, g - envs.start, batcher)
         obs = self._observations(envs)
         if error is not None:
             _attach_partial(error, (obs, rewards, terminations, truncations, infos), real)

@@ -296,6 +296,52 @@ def test_sb3_example_runs():
     assert module.main(args) > 0  # CartPole pays 1 per step
 
 
+class InfoEnv(gym.Env):
+    """Writes infos that gymnasium's batched layout cannot carry back unchanged: an array
+    whose shape depends on the env, a user key ``"_k"``, an int in one env and a float in
+    another. Episodes end (truncated) every 3 steps."""
+
+    observation_space = spaces.Box(-1, 1, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, env_id: int) -> None:
+        self.env_id = env_id
+        self.t = 0
+
+    def _info(self) -> dict[str, Any]:
+        return {
+            "arr": np.arange(self.env_id + 1),
+            "_k": "user value",
+            "num": 1 if self.env_id == 0 else 1.5,
+            "t": self.t,
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), self._info()
+
+    def step(self, action: Any):
+        self.t += 1
+        return np.zeros(1, np.float32), 0.0, False, self.t % 3 == 0, self._info()
+
+
+def test_infos_come_back_as_the_envs_wrote_them(vec_envs):
+    fns = [partial(InfoEnv, i) for i in range(3)]
+    ours = vec_envs(SB3VecEnv(fns, num_stages=2))
+    ref = vec_envs(subproc(fns))
+    assert_tree_equal(ours.reset(), ref.reset())
+    assert_tree_equal(ours.reset_infos, ref.reset_infos)
+    assert ours.reset_infos[1]["_k"] == "user value" and ours.reset_infos[0]["num"] == 1
+    for _ in range(4):  # crosses an episode end (terminal_observation, reset_infos)
+        got = ours.step(np.zeros(3, dtype=np.int64))
+        want = ref.step(np.zeros(3, dtype=np.int64))
+        assert_tree_equal(list(got), list(want))
+        assert_tree_equal(ours.reset_infos, ref.reset_infos)
+    assert type(got[3][0]["num"]) is int and type(got[3][1]["num"]) is float
+    assert got[3][2]["arr"].shape == (3,)
+
+
 def test_negative_indices_count_from_the_end(vec_envs):
     venv = vec_envs(SB3VecEnv([partial(CountingEnv, i, 3) for i in range(3)], num_stages=2))
     assert venv.get_attr("env_id", indices=[0, -1]) == [0, 2]
