@@ -45,6 +45,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from gymnasium import Env, spaces
+from gymnasium.error import UnregisteredEnv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import (
     batch_space,
@@ -53,7 +54,9 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
-__all__ = ["THREAD_ENV_VARS", "pack_exception", "send", "worker_main"]
+from .main_module import install_lazy_main, load_main
+
+__all__ = ["THREAD_ENV_VARS", "build_env", "pack_exception", "send", "send_answer", "worker_main"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +83,43 @@ def send(conn: Connection, message: Any) -> None:
     descriptors, so ``ForkingPickler``'s reducers are not needed.
     """
     conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def send_answer(conn: Connection, message: Any) -> None:
+    """Send an answer; one that plain pickle refuses goes by cloudpickle instead.
+
+    Plain pickle refuses an object of a class the worker got by value (a class defined
+    in the caller's script travels inside the env constructor): it is not the same
+    object as `__main__.ThatClass`. cloudpickle sends the class by value again, with the
+    id cloudpickle gave it in the caller, so the caller's unpickling returns an instance
+    of its own class (`isinstance` holds). Only such answers pay for a second pickling.
+
+    Raises:
+        pickle.PicklingError / TypeError / AttributeError: Neither can pickle it (nothing
+            was written to the pipe).
+    """
+    try:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        data = cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    conn.send_bytes(data)
+
+
+def build_env(fn: Any) -> Env:
+    """Call one env constructor; an env id the worker does not know is retried once after
+    loading the caller's main script, which may register it (see `main_module`).
+
+    Raises:
+        gymnasium.error.UnregisteredEnv: The id is unknown even after loading the script
+            (or there is no script to load).
+        Exception: Whatever the constructor raises.
+    """
+    try:
+        return fn()
+    except UnregisteredEnv:
+        if not load_main():
+            raise
+    return fn()
 
 
 def pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
@@ -330,6 +370,7 @@ def worker_main(
     autoreset_mode: AutoresetMode,
     cpu_cores: tuple[int, ...] | None,
     worker_threads: int | None,
+    main_ref: tuple[str, str] | None = None,
 ) -> None:
     """Serve commands for the envs ``env_indices`` until ``close`` or the caller goes away.
 
@@ -343,6 +384,8 @@ def worker_main(
         autoreset_mode: gymnasium's autoreset mode, applied per env inside the worker.
         cpu_cores: Cores to pin this process to with ``os.sched_setaffinity``, or None.
         worker_threads: Cap for OpenMP/BLAS/torch threads, or None to leave them alone.
+        main_ref: The caller's main module (`main_module.main_reference()`), loaded here
+            only if something needs it; None when the worker has it already (fork).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     _release_forkserver()
@@ -351,8 +394,9 @@ def worker_main(
     try:
         _limit_threads(worker_threads)
         _set_affinity(cpu_cores)
+        install_lazy_main(main_ref)
         env_fns = cloudpickle.loads(pickled_env_fns)
-        envs = _WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
+        envs = _WorkerEnvs([build_env(fn) for fn in env_fns], env_indices, autoreset_mode)
         _limit_torch_threads(worker_threads)
         conn.send(("ready", _describe(envs.envs)))
     except BaseException as exc:  # report start-up failures, then exit
@@ -416,7 +460,8 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
             send(conn, ("error", pack_exception(exc)))
             continue
         try:
-            send(conn, ("ok", result, (started, time.monotonic_ns())) if timed else ("ok", result))
+            answer = ("ok", result, (started, time.monotonic_ns())) if timed else ("ok", result)
+            send_answer(conn, answer)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             # the result could not be pickled; nothing was written to the pipe yet
             send(conn, ("error", pack_exception(exc)))

@@ -21,6 +21,7 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
 from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
+from .main_module import main_reference
 from .worker import send, worker_main
 
 if TYPE_CHECKING:
@@ -55,9 +56,11 @@ def _main_module_hidden() -> Iterator[None]:
     """Start workers without re-importing the caller's ``__main__`` script in them.
 
     ``spawn`` and ``forkserver`` children normally import the parent's main script (so
-    that objects pickled by reference to ``__main__`` resolve). Our workers need nothing
+    that objects pickled by reference to ``__main__`` resolve). Most workers need nothing
     from it: env constructors are cloudpickled by value. Skipping it saves each worker the
-    script's imports (seconds and hundreds of MB for a script that imports torch).
+    script's imports (seconds and hundreds of MB for a script that imports torch); a
+    worker that does need it loads it then (see `main_module`). Not used with ``fork``,
+    whose children have the parent's ``__main__`` for free.
     """
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
@@ -112,6 +115,7 @@ class WorkerHandle:
         self.sent_at = time.monotonic()
         self.deadline_exceeded = False
         pickled_env_fns, autoreset_mode, cpu_cores, worker_threads = self._args
+        forked = self._ctx.get_start_method() == "fork"
         self.conn, child_conn = self._ctx.Pipe(duplex=True)
         self.process = self._ctx.Process(
             target=worker_main,
@@ -125,11 +129,15 @@ class WorkerHandle:
                 autoreset_mode,
                 cpu_cores,
                 worker_threads,
+                None if forked else main_reference(),
             ),
             daemon=self._daemon,
         )
-        with _main_module_hidden():
+        if forked:
             self.process.start()
+        else:
+            with _main_module_hidden():
+                self.process.start()
         child_conn.close()
         self.pending = True  # the start-up "ready" message
 
