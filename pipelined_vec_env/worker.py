@@ -30,6 +30,7 @@ gymnasium's rules (under ``SAME_STEP`` autoreset a finished env contributes
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import logging
 import os
@@ -222,6 +223,30 @@ def _set_affinity(cores: tuple[int, ...] | None) -> None:
     os.sched_setaffinity(0, cores)
 
 
+def _mutable_ids(value: Any) -> frozenset[int]:
+    """Ids of the numpy arrays, dicts and lists inside ``value`` (nested dicts, lists and
+    tuples): what an env could write into again on its next call."""
+    found: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, np.ndarray):
+            found.add(id(item))
+        elif isinstance(item, dict):
+            found.add(id(item))
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            if isinstance(item, list):
+                found.add(id(item))
+            stack.extend(item)
+    return frozenset(found)
+
+
+def _shares_objects(value: Any, previous: frozenset[int]) -> bool:
+    """Whether ``value`` holds an array, dict or list the env also returned last time."""
+    return bool(previous) and not previous.isdisjoint(_mutable_ids(value))
+
+
 class _WorkerEnvs:
     """The envs of one worker and their autoreset state."""
 
@@ -230,6 +255,8 @@ class _WorkerEnvs:
         self.env_indices = env_indices
         self.autoreset_mode = autoreset_mode
         self.autoreset = np.zeros(len(envs), dtype=np.bool_)
+        # SAME_STEP: ids of the arrays/dicts/lists each env returned last (reuse detection)
+        self.returned: list[frozenset[int]] = [frozenset()] * len(envs)
         self.observation_space = envs[0].observation_space
         self.buffers: Any = None
         self.obs_view: np.ndarray | None = None
@@ -268,6 +295,8 @@ class _WorkerEnvs:
         for local, seed, options in requests:
             obs, info = self.envs[local].reset(seed=seed, options=options)
             self.autoreset[local] = False
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                self.returned[local] = _mutable_ids((obs, info))
             done.append((local, obs))
             infos.append([info])
         # written once every env is done: a failed call leaves the shared rows as they were
@@ -297,9 +326,15 @@ class _WorkerEnvs:
                 rewards[k], terminations[k], truncations[k] = reward, terminated, truncated
                 env_infos = [info]
                 if self.autoreset_mode == AutoresetMode.SAME_STEP and (terminated or truncated):
+                    if _shares_objects((obs, info), self.returned[local]):
+                        # the env reuses what it returns: its reset could overwrite the
+                        # final values before they are sent (Gymnasium #1132)
+                        obs, info = copy.deepcopy((obs, info))
                     env_infos = [{"final_obs": obs, "final_info": info}]
                     obs, info = env.reset()
                     env_infos.append(info)
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                self.returned[local] = _mutable_ids((obs, info))
             self.autoreset[local] = terminations[k] or truncations[k]
             done.append((local, obs))
             infos.append(env_infos)

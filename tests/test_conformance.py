@@ -137,3 +137,54 @@ def test_a_user_space_whose_contains_raises_is_named(make_pipelined):
     assert isinstance(info.value.__cause__, TypeError)
     envs.step((1, 2))
     assert envs.get_attr("last_action") == (1, 2)
+
+
+class ReusingEnv(gym.Env):
+    """Returns the same observation array and info dict on every call, rewritten in place
+    (as some simulators do); episodes end after 2 steps."""
+
+    observation_space = spaces.Box(-10, 10, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.obs = np.zeros(2, np.float32)
+        self.info: dict[str, Any] = {}
+        self.t = 0
+
+    def _out(self) -> tuple[np.ndarray, dict[str, Any]]:
+        self.obs[:] = (self.t, -self.t)
+        self.info.clear()
+        self.info["t"] = self.t
+        return self.obs, self.info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._out()
+
+    def step(self, action: Any):
+        self.t += 1
+        obs, info = self._out()
+        return obs, 1.0, self.t >= 2, False, info
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_same_step_final_values_survive_an_env_that_reuses_its_objects(
+    make_pipelined, shared_memory
+):
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    envs = make_pipelined([ReusingEnv] * 2, autoreset_mode=mode, shared_memory=shared_memory)
+    obs, info = envs.reset(seed=0)
+    np.testing.assert_array_equal(obs, [[0, 0], [0, 0]])
+    obs, _, term, _, info = envs.step(np.zeros(2, np.int64))  # t=1
+    np.testing.assert_array_equal(obs, [[1, -1], [1, -1]])
+    assert "final_obs" not in info and list(info["t"]) == [1, 1]
+    obs, _, term, _, info = envs.step(np.zeros(2, np.int64))  # t=2: ends, resets to t=0
+    assert list(term) == [True, True]
+    np.testing.assert_array_equal(obs, [[0, 0], [0, 0]])
+    for i in range(2):  # was [0, 0] and t=0: the reset had rewritten the env's objects
+        np.testing.assert_array_equal(info["final_obs"][i], [2, -2])
+    assert list(info["final_info"]["t"]) == [2, 2] and list(info["t"]) == [0, 0]
+    obs, _, term, _, info = envs.step(np.zeros(2, np.int64))  # the next episode goes on
+    np.testing.assert_array_equal(obs, [[1, -1], [1, -1]])
+    assert "final_obs" not in info
