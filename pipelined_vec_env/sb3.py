@@ -149,8 +149,10 @@ def _stack(space: gym.Space, items: list[Any]) -> Any:
         return {k: _stack(sub, [item[k] for item in items]) for k, sub in space.spaces.items()}
     if isinstance(space, gym.spaces.Tuple):
         return tuple(_stack(sub, [item[j] for item in items]) for j, sub in enumerate(space.spaces))
-    if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
-                          gym.spaces.MultiBinary)):
+    if isinstance(
+        space,
+        (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary),
+    ):
         return np.stack([np.asarray(item) for item in items])
     return tuple(items)
 
@@ -216,7 +218,9 @@ class SB3VecEnv(VecEnv):
                 )
             pipelined_kwargs.pop("info_layout", None)  # the adapter needs the envs' own dicts
             pipelined = PipelinedVectorEnv(
-                envs, autoreset_mode=AutoresetMode.SAME_STEP, info_layout="per_env",
+                envs,
+                autoreset_mode=AutoresetMode.SAME_STEP,
+                info_layout="per_env",
                 **pipelined_kwargs,
             )
         else:

@@ -182,7 +182,7 @@ def test_bad_box_actions(make_pipelined):
         envs.step(np.zeros((2, 4), dtype=np.float32))
     with pytest.raises(ValueError, match="numeric dtype"):
         envs.step(np.array([["a"] * 3] * 2))
-    obs, *_ = envs.step(np.zeros((2, 3), dtype=np.float64))  # float64 actions reach the env as given
+    obs, *_ = envs.step(np.zeros((2, 3), dtype=np.float64))  # reaches the env as float64
     assert obs.dtype == np.float32
 
 

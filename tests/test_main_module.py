@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PREAMBLE = '''
+PREAMBLE = """
 import multiprocessing as mp
 import os
 import sys
@@ -50,7 +50,7 @@ class MyEnv(gym.Env):
 
 gym.register("ScriptEnv-v0", entry_point=MyEnv)
 gym.register("ScriptEnvByName-v0", entry_point="__main__:MyEnv")
-'''
+"""
 
 
 def run_script(tmp_path: Path, body: str, *args: str) -> tuple[str, list[str]]:
@@ -61,7 +61,11 @@ def run_script(tmp_path: Path, body: str, *args: str) -> tuple[str, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOAD_MARKER": str(marker)}
     done = subprocess.run(
         [sys.executable, str(script), *args],
-        capture_output=True, text=True, timeout=100, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     loads = marker.read_text().split() if marker.exists() else []
@@ -70,7 +74,9 @@ def run_script(tmp_path: Path, body: str, *args: str) -> tuple[str, list[str]]:
 
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_ids_registered_in_the_script(tmp_path, context):
-    out, loads = run_script(tmp_path, '''
+    out, loads = run_script(
+        tmp_path,
+        """
         if __name__ == "__main__":
             ctx = sys.argv[1]
             envs = PipelinedVectorEnv([lambda: gym.make("ScriptEnv-v0")] * 2, context=ctx)
@@ -80,14 +86,18 @@ def test_ids_registered_in_the_script(tmp_path, context):
             obs, _ = envs.reset(seed=0)  # was AttributeError: no MyEnv on __main__
             envs.close()
             print("ok", obs.shape)
-    ''', context)
+    """,
+        context,
+    )
     assert "ok (2, 1)" in out
     assert len(loads) == 4  # each worker loaded the script once, when it needed it
 
 
 @pytest.mark.parametrize("context", ["forkserver", "spawn", "fork"])
 def test_info_objects_of_script_classes(tmp_path, context):
-    out, loads = run_script(tmp_path, '''
+    out, loads = run_script(
+        tmp_path,
+        """
         if __name__ == "__main__":
             envs = PipelinedVectorEnv([MyEnv] * 2, context=sys.argv[1])
             _, info = envs.reset(seed=0)
@@ -95,13 +105,17 @@ def test_info_objects_of_script_classes(tmp_path, context):
             assert all(isinstance(m, Marker) for m in info["marker"]), info
             print("ok", [m.value for m in info["marker"]])
             envs.close()
-    ''', context)
+    """,
+        context,
+    )
     assert "ok [1, 0]" in out
 
 
 @pytest.mark.parametrize("context", ["forkserver", "spawn"])
 def test_the_script_run_inside_a_spawned_child(tmp_path, context):
-    out, _ = run_script(tmp_path, '''
+    out, _ = run_script(
+        tmp_path,
+        """
         def train(ctx):
             envs = PipelinedVectorEnv([MyEnv] * 2, context=ctx)  # MyEnv is __mp_main__.MyEnv
             envs.reset(seed=0)  # was "Can't get attribute 'MyEnv' on <module '__main__'>"
@@ -114,18 +128,23 @@ def test_the_script_run_inside_a_spawned_child(tmp_path, context):
             child.start()
             child.join()
             sys.exit(child.exitcode)
-    ''', context)
+    """,
+        context,
+    )
     assert "ok in child" in out
 
 
 def test_workers_that_need_nothing_from_the_script_do_not_load_it(tmp_path):
-    out, loads = run_script(tmp_path, '''
+    out, loads = run_script(
+        tmp_path,
+        """
         if __name__ == "__main__":
             envs = PipelinedVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
             envs.reset(seed=0)
             envs.step(np.zeros(2, np.int64))
             envs.close()
             print("ok")
-    ''')
+    """,
+    )
     assert "ok" in out
     assert loads == []
