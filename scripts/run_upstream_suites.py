@@ -108,12 +108,22 @@ def pytest_configure(config) -> None:  # noqa: ANN001 - pytest hook
 # ---------------------------------------------------------------- runner side
 
 
-def _summarise(junit: Path) -> dict:
+def _test_id(cwd: Path, classname: str, name: str) -> str:
+    """pytest's node id from a junit ``classname`` (``pkg.module.Class``) and test name."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = Path(*parts[:cut]).with_suffix(".py")
+        if (cwd / path).is_file():
+            return "::".join([path.as_posix(), *parts[cut:], name])
+    return f"{classname}::{name}"
+
+
+def _summarise(junit: Path, cwd: Path) -> dict:
     root = ET.parse(junit).getroot()
     counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
     failing = []
     for case in root.iter("testcase"):
-        name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+        name = _test_id(cwd, case.get("classname", ""), case.get("name", ""))
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
@@ -145,7 +155,7 @@ def _run_pytest(cwd: Path, args: list[str], env: dict[str, str], timeout: int) -
         subprocess.run(cmd, cwd=cwd, env=env, check=False)
         if not junit.exists():
             raise SystemExit("pytest wrote no report (did it start?)")
-        return _summarise(junit)
+        return _summarise(junit, cwd)
 
 
 def _plugin_env(suite: str | None, baseline: bool) -> dict[str, str]:
