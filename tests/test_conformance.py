@@ -188,3 +188,21 @@ def test_same_step_final_values_survive_an_env_that_reuses_its_objects(
     obs, _, term, _, info = envs.step(np.zeros(2, np.int64))  # the next episode goes on
     np.testing.assert_array_equal(obs, [[1, -1], [1, -1]])
     assert "final_obs" not in info
+
+
+def test_info_layout_per_env_returns_each_envs_dict_as_written(make_pipelined):
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    envs = make_pipelined(
+        [ReusingEnv] * 3, num_stages=2, autoreset_mode=mode, info_layout="per_env"
+    )
+    _, infos = envs.reset(seed=0)
+    assert infos == [{"t": 0}, {"t": 0}, {"t": 0}]
+    _, _, _, _, infos = envs.step(np.zeros(3, np.int64))
+    assert infos == [{"t": 1}, {"t": 1}, {"t": 1}]
+    envs.step_async(np.zeros(1, np.int64), stage=1)  # stage 1 holds env 2 only
+    _, _, term, _, infos = envs.step_wait(stage=1)
+    assert list(term) == [True] and len(infos) == 1
+    assert infos[0]["t"] == 0 and infos[0]["final_info"] == {"t": 2}
+    np.testing.assert_array_equal(infos[0]["final_obs"], [2, -2])
+    with pytest.raises(ValueError, match="info_layout"):
+        make_pipelined([ReusingEnv], info_layout="list")
