@@ -253,7 +253,9 @@ class PipelinedVectorEnv(VectorEnv):
         RuntimeError: Sub-env spaces that do not match as ``observation_mode`` requires.
         WaitTimeoutError: A worker did not start within ``start_timeout`` seconds (every
             worker is stopped first).
-        Exception: An error raised by an env constructor is re-raised with its type.
+        Exception: An error raised by an env constructor is re-raised with its type
+            (an env id the workers do not know even after loading the caller's main
+            script: gymnasium's `UnregisteredEnv` subclass).
     """
 
     def __init__(
@@ -846,7 +848,11 @@ class PipelinedVectorEnv(VectorEnv):
 
         Raises:
             ValueError: Wrong shape, dtype or out-of-space values, naming the expected
-                shape (before any worker is touched).
+                shape (before any worker is touched). The envs get the caller's values
+                and dtype; nothing is cast.
+            TypeError: A scalar where a batch is expected; a space's `contains` raised
+                TypeError (named).
+            gymnasium.error.ClosedEnvironmentError: The env is closed.
             AlreadyPendingCallError: The stage has a call in flight.
             StageFailedError: The stage failed earlier and was not reset.
         """
