@@ -169,13 +169,16 @@ class SB3VecEnv(VecEnv):
     Observations come in gymnasium's batched layout, which for SB3's spaces (Box,
     Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple of those) is the same as SB3's:
     one array per key or item with the env as first axis. Rewards are float64 and dones
-    bool, both of shape ``(num_envs,)``.
+    bool, both of shape ``(num_envs,)``. Infos are each env's own dict as the env wrote
+    it (the adapter sets the env's `info_layout` to `"per_env"`: nothing is batched).
+    `indices` may be negative, as in SB3's VecEnvs.
 
     Args:
         envs: Either env constructors (cloudpickled into the workers, lambdas work), from
             which a ``PipelinedVectorEnv`` with ``SAME_STEP`` autoreset is built with
             ``pipelined_kwargs``; or an existing ``PipelinedVectorEnv`` that uses
-            ``AutoresetMode.SAME_STEP``. The adapter owns it: `close` closes it.
+            ``AutoresetMode.SAME_STEP``. The adapter owns it: `close` closes it, and
+            its `info_layout` becomes `"per_env"`.
         **pipelined_kwargs: Keyword arguments of ``PipelinedVectorEnv`` (``num_stages``,
             ``envs_per_worker``, ``context``, ``cpu_affinity``, ...), only with env
             constructors.
