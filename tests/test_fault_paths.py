@@ -125,7 +125,7 @@ def test_hanging_constructor_raises_wait_timeout_and_leaves_no_process(make_pipe
     before = descendants()
     fns = scripted(tmp_path / "hang", {5: {"hang_builds": (1,)}})
     with pytest.raises(WaitTimeoutError, match="start_timeout") as info:
-        PipelinedVectorEnv(fns, **LAYOUT, start_timeout=1.0)
+        PipelinedVectorEnv(fns, **LAYOUT, start_timeout=5.0)
     assert isinstance(info.value, TimeoutError) and "worker 2" in str(info.value)
     assert_gone(descendants() - before)
 
@@ -183,7 +183,7 @@ def test_rebuild_that_hangs_in_start_counts_as_a_failed_restart(
         scripted(tmp_path, {6: {"hang_builds": (2,)}}),
         **LAYOUT,
         max_restarts=max_restarts,
-        start_timeout=2.0,
+        start_timeout=5.0,
     )
     envs.reset(seed=0)
     kill_worker(envs, VICTIM)
@@ -212,10 +212,10 @@ def test_resets_inside_rebuilds_obey_step_deadline(make_pipelined, tmp_path):
         scripted(tmp_path, {7: {"hang_reset": True}}),
         **LAYOUT,
         max_restarts=2,
-        step_deadline=0.5,
+        step_deadline=2.0,
     )
     with pytest.raises(WorkerCrashedError, match="step_deadline") as info:
-        envs.reset(seed=0)  # killed at 0.5 s, then twice more inside the two rebuilds
+        envs.reset(seed=0)  # killed at 2 s, then twice more inside the two rebuilds
     assert info.value.worker_index == VICTIM and envs.restart_counts == (0, 0, 0, 2)
 
 
