@@ -117,6 +117,10 @@ class TrainConfig:
     """Save a checkpoint every this many iterations (0: only at the end)."""
     resume: str | None = None
     """Checkpoint file or run directory to resume from (weights, optimiser, counters, RNG)."""
+    init_checkpoint: str | None = None
+    """Start a new run from these weights: a BC checkpoint (reference_trainer.bc: actor and
+    observation normaliser) or a trainer checkpoint / run directory (actor, log std,
+    normaliser and critic). Optimiser and counters start fresh. Exclusive with --resume."""
     eval_every: int = 0
     """Evaluate every this many iterations (0: only at the end)."""
     eval_episodes: int = 10

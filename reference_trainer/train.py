@@ -30,6 +30,7 @@ from reference_trainer.checkpoint import (
     CHECKPOINT_NAME,
     find_checkpoint,
     load_checkpoint,
+    load_init_checkpoint,
     save_checkpoint,
 )
 from reference_trainer.config import TrainConfig
@@ -130,12 +131,20 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         end, success rates, throughput and pipeline metrics, final evaluation, versions.
 
     Raises:
-        FileNotFoundError: if ``config.resume`` points at no checkpoint.
-        ValueError: for inconsistent sizes (e.g. fewer decisions than minibatches).
+        FileNotFoundError: if ``config.resume`` or ``config.init_checkpoint`` points at no
+            checkpoint.
+        ValueError: for inconsistent sizes (e.g. fewer decisions than minibatches), both
+            ``resume`` and ``init_checkpoint``, or an init checkpoint that does not fit.
     """
+    if config.resume and config.init_checkpoint:
+        raise ValueError(
+            "--resume and --init-checkpoint are exclusive: --resume continues a run (weights, "
+            "optimiser, counters); --init-checkpoint starts a new run from weights. Pass one."
+        )
     factory: EnvFactory = env_factory or GymEnvFactory(config.env_id)
     device = resolve_device(config.device)
     resume_from = find_checkpoint(config.resume) if config.resume else None
+    init_from = find_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     run_dir = _run_dir(config, resume_from)
     workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
     torch.set_num_threads(config.resolved_torch_threads(workers))
@@ -194,6 +203,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             init_log_std=config.init_log_std,
             normalize_obs=config.normalize_obs,
         ).to(device)
+        if init_from is not None:
+            init_info = load_init_checkpoint(agent, init_from, device)
+            logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)
         optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
         scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
         common = {

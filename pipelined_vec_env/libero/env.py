@@ -16,9 +16,10 @@ import gymnasium as gym
 import numpy as np
 
 from . import suites
+from .goal_features import NUM_GOAL_FEATURES, GoalFeatures
 from .shaping import GoalShaping
 
-__all__ = ["CAMERA_KEYS", "LiberoEnv"]
+__all__ = ["CAMERA_KEYS", "STATE_FEATURES", "LiberoEnv"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,14 @@ CAMERA_KEYS: dict[str, tuple[str, str]] = {
 
 ImageFlip = Literal["vertical", "rotate180"]
 RewardType = Literal["sparse", "dense"]
+StateFeatures = Literal["full", "goal", "both"]
+
+STATE_FEATURES: dict[str, tuple[str, ...]] = {
+    "full": ("state",),
+    "goal": ("goal_features",),
+    "both": ("goal_features", "state"),
+}
+"""``state_features`` option -> the state observation keys it gives."""
 
 
 def _noop_action() -> np.ndarray:
@@ -50,7 +59,14 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
           ``pad_state=True`` (default) it is zero-padded at the end to
           `suite_state_size`, the largest size in
           the suite, so every task of a suite shares one space and tasks can be switched
-          at reset; ``info["state_size"]`` gives the unpadded length.
+          at reset; ``info["state_size"]`` gives the unpadded length. Present with
+          ``state_features="full"`` (default) or ``"both"``.
+        * ``goal_features``: float32 ``(23,)``, the goal-relative privileged features of
+          `pipelined_vec_env.libero.goal_features` (gripper, the goal's object and
+          target, their differences); present with ``state_features="goal"`` or
+          ``"both"``. Behaviour cloning from few demonstrations needs them: on the full
+          ``state`` a cloned policy memorises features that are constant within an
+          episode (docs/libero.md).
         * ``agentview_image`` / ``wrist_image`` (only for the ``cameras`` asked for):
           uint8 ``(H, W, 3)`` RGB, upright. Robosuite renders them with OpenGL's
           bottom-up row order; ``image_flip="vertical"`` (default) undoes exactly that;
@@ -117,6 +133,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         horizon: int | None = None,
         num_settle_steps: int = suites.NUM_SETTLE_STEPS,
         pad_state: bool = True,
+        state_features: StateFeatures = "full",
         render_mode: str | None = None,
     ) -> None:
         """Build the simulator for one task.
@@ -133,11 +150,14 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             horizon: Policy steps before truncation; the suite's default when None.
             num_settle_steps: No-op steps after each init-state restore.
             pad_state: Zero-pad ``state`` to the suite's largest size.
+            state_features: ``"full"`` (the ``state`` vector), ``"goal"`` (only
+                ``goal_features``) or ``"both"``.
             render_mode: None or ``"rgb_array"`` (renders the agentview camera at
                 ``image_size``, upright, from `render`).
 
         Raises:
-            ValueError: Unknown suite, task, camera, flip, reward type or render mode.
+            ValueError: Unknown suite, task, camera, flip, reward type, state features or
+                render mode.
         """
         self.suite = suites.check_suite(suite)
         unknown = [c for c in cameras if c not in CAMERA_KEYS]
@@ -147,6 +167,10 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             raise ValueError(f"image_flip must be 'vertical' or 'rotate180', got {image_flip!r}.")
         if reward_type not in ("sparse", "dense"):
             raise ValueError(f"reward_type must be 'sparse' or 'dense', got {reward_type!r}.")
+        if state_features not in STATE_FEATURES:
+            raise ValueError(
+                f"state_features must be one of {list(STATE_FEATURES)}, got {state_features!r}."
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}.")
         self.cameras = tuple(dict.fromkeys(cameras))
@@ -158,19 +182,25 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.horizon = int(horizon) if horizon is not None else suites.SUITE_HORIZONS[suite]
         self.num_settle_steps = int(num_settle_steps)
         self.pad_state = bool(pad_state)
+        self.state_features: StateFeatures = state_features
         self.render_mode = render_mode
 
         self._sim_env: Any = None
         self._shaping: GoalShaping | None = None
+        self._goal_features: GoalFeatures | None = None
         self._potential = 0.0
         self._elapsed_steps = 0
         self.init_state_id: int | None = None
         self._build(int(task_id))
 
         state_size = suites.suite_state_size(suite) if self.pad_state else self._task_state_size
-        spaces: dict[str, gym.Space[Any]] = {
-            "state": gym.spaces.Box(-np.inf, np.inf, shape=(state_size,), dtype=np.float32)
-        }
+        spaces: dict[str, gym.Space[Any]] = {}
+        if "state" in STATE_FEATURES[state_features]:
+            spaces["state"] = gym.spaces.Box(-np.inf, np.inf, shape=(state_size,), dtype=np.float32)
+        if "goal_features" in STATE_FEATURES[state_features]:
+            spaces["goal_features"] = gym.spaces.Box(
+                -np.inf, np.inf, shape=(NUM_GOAL_FEATURES,), dtype=np.float32
+            )
         for camera in self.cameras:
             spaces[CAMERA_KEYS[camera][1]] = gym.spaces.Box(
                 0, 255, shape=self.image_shape, dtype=np.uint8
@@ -223,6 +253,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self._init_states = init_states
         self.num_init_states = len(init_states)
         self._shaping = GoalShaping(self._sim_env.env)
+        self._goal_features = GoalFeatures(self._sim_env.env)
         raw = self._sim_env.reset()
         self._task_state_size = len(self._state_vector(raw))
         logger.debug("built %s task %d (%s)", self.suite, task_id, task.name)
@@ -237,10 +268,15 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         return np.ascontiguousarray(flipped, dtype=np.uint8)
 
     def _observation(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        state = np.zeros(self.observation_space["state"].shape, dtype=np.float32)
-        vector = self._state_vector(raw)
-        state[: len(vector)] = vector
-        obs = {"state": state}
+        obs: dict[str, np.ndarray] = {}
+        if "state" in self.observation_space.spaces:
+            state = np.zeros(self.observation_space["state"].shape, dtype=np.float32)
+            vector = self._state_vector(raw)
+            state[: len(vector)] = vector
+            obs["state"] = state
+        if "goal_features" in self.observation_space.spaces:
+            assert self._goal_features is not None
+            obs["goal_features"] = self._goal_features()
         for camera in self.cameras:
             robosuite_name, key = CAMERA_KEYS[camera]
             obs[key] = self._flip(raw[f"{robosuite_name}_image"])
@@ -307,7 +343,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         task_id = int(options.get("task_id", self.task_id))
         if task_id != self.task_id:
             size = suites.task_state_size(self.suite, task_id)
-            if size > self.observation_space["state"].shape[0]:
+            if "state" in self.observation_space.spaces and size > self.observation_space["state"].shape[0]:
                 raise ValueError(
                     f"Task {task_id} has a {size}-dim state, larger than this env's space; "
                     "build the env with pad_state=True to switch tasks."
