@@ -142,15 +142,24 @@ def chunk_targets(actions: np.ndarray, chunk_size: int) -> np.ndarray:
     return actions[index]
 
 
-def _stack(demos: Sequence[Any], obs_keys: Sequence[str], chunk_size: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _stack(
+    demos: Sequence[Any], obs_keys: Sequence[str], chunk_size: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     obs = {k: np.concatenate([d.obs[k] for d in demos]).astype(np.float32) for k in obs_keys}
-    targets = np.concatenate([chunk_targets(d.actions, chunk_size) for d in demos]).astype(np.float32)
+    targets = np.concatenate([chunk_targets(d.actions, chunk_size) for d in demos]).astype(
+        np.float32
+    )
     return obs, targets
 
 
-def _spaces(obs: dict[str, np.ndarray], action_dim: int, chunk_size: int) -> tuple[gym.spaces.Dict, gym.spaces.Box]:
+def _spaces(
+    obs: dict[str, np.ndarray], action_dim: int, chunk_size: int
+) -> tuple[gym.spaces.Dict, gym.spaces.Box]:
     observation_space = gym.spaces.Dict(
-        {k: gym.spaces.Box(-np.inf, np.inf, shape=v.shape[1:], dtype=np.float32) for k, v in obs.items()}
+        {
+            k: gym.spaces.Box(-np.inf, np.inf, shape=v.shape[1:], dtype=np.float32)
+            for k, v in obs.items()
+        }
     )
     shape = (chunk_size, action_dim) if chunk_size > 1 else (action_dim,)
     return observation_space, gym.spaces.Box(-1.0, 1.0, shape=shape, dtype=np.float32)
@@ -175,7 +184,9 @@ def fit_normalizer(agent: ActorCritic, obs: dict[str, torch.Tensor], min_std: fl
     agent.obs_rms.count.fill_(float(len(state)))
 
 
-def _mse(agent: ActorCritic, obs: dict[str, torch.Tensor], targets: torch.Tensor, batch: int = 4096) -> float:
+def _mse(
+    agent: ActorCritic, obs: dict[str, torch.Tensor], targets: torch.Tensor, batch: int = 4096
+) -> float:
     total = 0.0
     with torch.no_grad():
         for start in range(0, len(targets), batch):
@@ -224,7 +235,9 @@ def train_bc(config: BCConfig) -> BCResult:
     device = torch.device(config.device)
     demo_set = load_demos(config.demos, obs_keys=config.obs_keys, max_demos=config.max_demos)
     if len(demo_set) < 2:
-        raise ValueError(f"{config.demos}: {len(demo_set)} demo(s); BC needs >= 2 (one is held out)")
+        raise ValueError(
+            f"{config.demos}: {len(demo_set)} demo(s); BC needs >= 2 (one is held out)"
+        )
     order = np.random.default_rng(config.seed).permutation(len(demo_set))
     n_val = min(len(order) - 1, max(1, round(config.val_fraction * len(order))))
     val_demos = [demo_set.demos[i] for i in sorted(order[:n_val])]
@@ -233,9 +246,13 @@ def train_bc(config: BCConfig) -> BCResult:
     val_obs_np, val_y_np = _stack(val_demos, config.obs_keys, config.chunk_size)
     action_dim = int(train_y_np.shape[-1])
     observation_space, action_space = _spaces(train_obs_np, action_dim, config.chunk_size)
-    agent = ActorCritic(observation_space, action_space, hidden_sizes=config.hidden_sizes).to(device)
+    agent = ActorCritic(observation_space, action_space, hidden_sizes=config.hidden_sizes).to(
+        device
+    )
 
-    def tensors(obs: dict[str, np.ndarray], y: np.ndarray) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def tensors(
+        obs: dict[str, np.ndarray], y: np.ndarray
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         return {k: torch.from_numpy(v).to(device) for k, v in obs.items()}, torch.from_numpy(
             y.reshape(len(y), -1)
         ).to(device)
@@ -306,7 +323,11 @@ def train_bc(config: BCConfig) -> BCResult:
     )
     logger.info(
         "BC: held-out action MSE %.4f (mean-action baseline %.4f) at epoch %d of %d, %.1f s",
-        best[0], baseline, best[1], epoch, metrics["wall_s"],
+        best[0],
+        baseline,
+        best[1],
+        epoch,
+        metrics["wall_s"],
     )
     result = BCResult(checkpoint=str(output), metrics=metrics, curve=curve)
     if config.eval_init_states:

@@ -18,13 +18,17 @@ from reference_trainer.config import TrainConfig  # noqa: E402
 from reference_trainer.train import train  # noqa: E402
 
 
-def _synthetic_demos(path: Path, obs_dim: int, action_dim: int, num_demos: int = 12, length: int = 40) -> None:
+def _synthetic_demos(
+    path: Path, obs_dim: int, action_dim: int, num_demos: int = 12, length: int = 40
+) -> None:
     """Episodes of a random walk labelled by a fixed smooth expert ``tanh(W x)``."""
     rng = np.random.default_rng(0)
     weights = rng.normal(size=(action_dim, obs_dim))
     demos = []
     for k in range(num_demos):
-        x = np.cumsum(rng.normal(scale=0.3, size=(length, obs_dim)), axis=0) + rng.normal(size=obs_dim)
+        x = np.cumsum(rng.normal(scale=0.3, size=(length, obs_dim)), axis=0) + rng.normal(
+            size=obs_dim
+        )
         actions = np.tanh(x @ weights.T / np.sqrt(obs_dim))
         demos.append(
             Demo(
@@ -108,8 +112,13 @@ def test_init_checkpoint_from_bc_then_from_a_run(tmp_path):
     demos = tmp_path / "demos.hdf5"
     _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=4, length=10)  # InvertedPendulum
     bc = train_bc(
-        BCConfig(demos=str(demos), output=str(tmp_path / "bc.pt"), obs_keys=("obs",),
-                 hidden_sizes=(64, 64), max_epochs=3)
+        BCConfig(
+            demos=str(demos),
+            output=str(tmp_path / "bc.pt"),
+            obs_keys=("obs",),
+            hidden_sizes=(64, 64),
+            max_epochs=3,
+        )
     )
     actor = torch.load(bc.checkpoint, weights_only=False)["actor"]
 
@@ -140,8 +149,13 @@ def test_init_checkpoint_errors(tmp_path):
     demos = tmp_path / "demos.hdf5"
     _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=3, length=5)
     bc = train_bc(
-        BCConfig(demos=str(demos), output=str(tmp_path / "bc.pt"), obs_keys=("obs",),
-                 hidden_sizes=(32,), max_epochs=1)
+        BCConfig(
+            demos=str(demos),
+            output=str(tmp_path / "bc.pt"),
+            obs_keys=("obs",),
+            hidden_sizes=(32,),
+            max_epochs=1,
+        )
     )
     with pytest.raises(ValueError, match=r"hidden sizes \[32\].*--hidden-sizes"):
         train(_tiny(tmp_path, "mismatch", init_checkpoint=bc.checkpoint))

@@ -51,7 +51,9 @@ def test_round_trip_keeps_arrays_attrs_and_demo_order(tmp_path):
         np.testing.assert_array_equal(back.actions, original.actions)
         np.testing.assert_array_equal(back.rewards, original.rewards)
         np.testing.assert_array_equal(back.dones, original.dones)
-        np.testing.assert_array_equal(back.extras["executed_actions"], original.extras["executed_actions"])
+        np.testing.assert_array_equal(
+            back.extras["executed_actions"], original.extras["executed_actions"]
+        )
         assert back.attrs["init_state_id"] == original.attrs["init_state_id"]
         assert back.attrs["num_samples"] == len(original)
     # the layout on disk is robomimic's
@@ -79,7 +81,9 @@ def _write_libero_style_file(path) -> None:
             demo = data.create_group(f"demo_{k}")
             demo.attrs["num_samples"] = length
             demo.attrs["init_state"] = rng.normal(size=71)
-            demo.create_dataset("obs/agentview_rgb", data=rng.integers(0, 255, (length, 8, 8, 3), dtype=np.uint8))
+            demo.create_dataset(
+                "obs/agentview_rgb", data=rng.integers(0, 255, (length, 8, 8, 3), dtype=np.uint8)
+            )
             demo.create_dataset("obs/ee_pos", data=rng.normal(size=(length, 3)))
             demo.create_dataset("obs/gripper_states", data=rng.normal(size=(length, 2)))
             demo.create_dataset("obs/joint_states", data=rng.normal(size=(length, 7)))
@@ -99,7 +103,8 @@ def test_a_libero_layout_file_loads(tmp_path):
     assert len(demos) == 2 and [len(d) for d in demos.demos] == [6, 4]
     first = demos.demos[0]
     assert set(first.obs) == {"agentview_rgb", "ee_pos", "gripper_states", "joint_states"}
-    assert first.obs["agentview_rgb"].dtype == np.uint8 and first.obs["agentview_rgb"].shape == (6, 8, 8, 3)
+    image = first.obs["agentview_rgb"]
+    assert image.dtype == np.uint8 and image.shape == (6, 8, 8, 3)
     assert first.actions.dtype == np.float32 and first.actions.shape == (6, 7)
     assert first.dones.dtype == np.uint8 and first.dones[-1] == 1
     assert set(first.extras) == {"states", "robot_states"}

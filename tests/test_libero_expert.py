@@ -66,7 +66,9 @@ def test_expert_phases_read_from_the_state_alone():
     over = [0.0, 0.3, 0.14]
     assert expert(_features([0.0, 0.3, 0.145], over, target, width=0.06))[6] == -1
     # batched input gives the row-wise actions
-    rows = np.stack([_features([-0.2, 0, 0.25], obj, target), _features([0, 0, 0.045], obj, target)])
+    rows = np.stack(
+        [_features([-0.2, 0, 0.25], obj, target), _features([0, 0, 0.045], obj, target)]
+    )
     np.testing.assert_array_equal(expert(rows), np.stack([expert(r) for r in rows]))
     with pytest.raises(ValueError, match=r"features: expected shape \(23,\)"):
         expert(np.zeros(5))
@@ -118,7 +120,9 @@ def test_goal_features_match_the_state_vector():
         np.testing.assert_allclose(f[S["gripper_qpos"]], state[35:37], atol=1e-4)
         # the goal's object (alphabet_soup_1) is the first object of object-state
         np.testing.assert_allclose(f[S["object_pos"]], state[39:42], atol=1e-4)
-        np.testing.assert_allclose(f[S["object_minus_eef"]], f[S["object_pos"]] - f[S["eef_pos"]], atol=1e-6)
+        np.testing.assert_allclose(
+            f[S["object_minus_eef"]], f[S["object_pos"]] - f[S["eef_pos"]], atol=1e-6
+        )
         # a soup can standing on the floor: its top is above its origin by a few cm
         assert 0.02 < f[S["object_top"]][0] - f[S["object_pos"]][2] < 0.06
         action = np.zeros(7)
@@ -146,7 +150,11 @@ def test_collect_demos_through_the_vector_env_with_noise(tmp_path):
         k for k in (4, 1, 2) if k in {d.attrs["init_state_id"] for d in demos.demos}
     ]
     demo = demos.demos[0]
-    assert set(demo.obs) == {"goal_features", "state"} and demo.dones[-1] == 1 and demo.rewards[-1] == 1
+    assert (
+        set(demo.obs) == {"goal_features", "state"}
+        and demo.dones[-1] == 1
+        and demo.rewards[-1] == 1
+    )
     executed = demo.extras["executed_actions"]
     # DART: noise on xyz of the executed action only; the label is the expert's own action
     assert np.abs(executed[:, :3] - np.clip(demo.actions[:, :3], -1, 1)).max() > 0.1
@@ -157,5 +165,7 @@ def test_collect_demos_through_the_vector_env_with_noise(tmp_path):
     write_demos(path, demos)
     back = load_demos(path)
     assert back.attrs["env_args"]["env_kwargs"]["task_id"] == 0
-    assert back.attrs["problem_info"]["language_instruction"].startswith("pick up the alphabet soup")
+    assert back.attrs["problem_info"]["language_instruction"].startswith(
+        "pick up the alphabet soup"
+    )
     np.testing.assert_array_equal(back.demos[0].obs["goal_features"], demo.obs["goal_features"])

@@ -161,7 +161,9 @@ def collect_demos(
     if noise_std < 0:
         raise ValueError(f"noise_std: expected >= 0, got {noise_std}")
     if not all(0 <= d < 7 for d in noise_dims):
-        raise ValueError(f"noise_dims: expected action dimensions in [0, 7), got {list(noise_dims)}")
+        raise ValueError(
+            f"noise_dims: expected action dimensions in [0, 7), got {list(noise_dims)}"
+        )
     if state_features not in ("goal", "both"):
         raise ValueError(
             f"state_features: the expert reads goal_features; expected 'goal' or 'both', "
@@ -263,7 +265,11 @@ def collect_demos(
         },
     }
     logger.info(
-        "%d/%d expert episodes succeeded, %d env steps in %.1f s", successes, attempts, env_steps, wall_s
+        "%d/%d expert episodes succeeded, %d env steps in %.1f s",
+        successes,
+        attempts,
+        env_steps,
+        wall_s,
     )
     return DemoSet(demos=[d for _, d in demos], attrs=attrs)
 
@@ -272,7 +278,9 @@ def _new_buffer() -> dict[str, list[Any]]:
     return {"obs": [], "actions": [], "executed": [], "rewards": [], "dones": []}
 
 
-def _to_demo(buf: dict[str, list[Any]], init_state_id: int, success: bool, suite: str, task_id: int) -> Demo:
+def _to_demo(
+    buf: dict[str, list[Any]], init_state_id: int, success: bool, suite: str, task_id: int
+) -> Demo:
     keys = buf["obs"][0].keys()
     return Demo(
         obs={k: np.stack([o[k] for o in buf["obs"]]) for k in keys},

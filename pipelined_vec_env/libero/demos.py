@@ -125,7 +125,9 @@ def _read_attrs(attrs: Any) -> dict[str, Any]:
     return out
 
 
-def write_demos(path: str | os.PathLike[str], demos: DemoSet, *, compression: str | None = "gzip") -> None:
+def write_demos(
+    path: str | os.PathLike[str], demos: DemoSet, *, compression: str | None = "gzip"
+) -> None:
     """Write demonstrations in robomimic's / LIBERO's hdf5 layout.
 
     Args:
@@ -225,7 +227,9 @@ def load_demos(
         if filter_key is not None:
             if "mask" not in f or filter_key not in f["mask"]:
                 raise ValueError(f"{path}: no mask/{filter_key} filter key")
-            names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["mask"][filter_key][()]]
+            names = [
+                n.decode() if isinstance(n, bytes) else str(n) for n in f["mask"][filter_key][()]
+            ]
         else:
             names = [n for n in data.keys() if isinstance(data[n], h5py.Group)]
         names = sorted(names, key=_demo_index)

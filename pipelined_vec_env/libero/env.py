@@ -343,7 +343,10 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         task_id = int(options.get("task_id", self.task_id))
         if task_id != self.task_id:
             size = suites.task_state_size(self.suite, task_id)
-            if "state" in self.observation_space.spaces and size > self.observation_space["state"].shape[0]:
+            if (
+                "state" in self.observation_space.spaces
+                and size > self.observation_space["state"].shape[0]
+            ):
                 raise ValueError(
                     f"Task {task_id} has a {size}-dim state, larger than this env's space; "
                     "build the env with pad_state=True to switch tasks."

@@ -17,7 +17,10 @@ Learning"). Which phase applies is read from the state:
 
 "Holding" is read from the finger opening and velocity and the object's offset from the
 hand. The grasp point is on the object's vertical axis, at its origin or, for tall
-objects, ``grasp_depth`` below its top, so the palm clears the object's top. Motion is a
+objects, ``grasp_depth`` below its top, so the palm clears the object's top. When the
+full ``state`` is observed too, the grasp point is shifted along x (across the hand's
+width, the Panda hand being ~20 cm long along its finger axis, world y) away from a
+neighbouring object that the hand would land on: the one failure mode seen. Motion is a
 proportional controller on the end-effector position (OSC_POSE deltas, clipped to
 [-1, 1]); rotation stays 0, so the gripper keeps its initial top-down orientation.
 
@@ -58,6 +61,10 @@ class PickPlaceExpert:
         place_tolerance: Horizontal object-to-target error under which it is lowered.
         open_width: Finger opening of the open gripper (m).
         finger_speed: Finger speed (m/s) under which the fingers count as stopped.
+        hand_half_length: Half the hand's extent along the finger axis (world y) plus a
+            neighbour's radius: neighbours closer than this in y can be hit.
+        hand_half_width: The same across the hand (world x).
+        max_shift: Largest shift of the grasp point away from a neighbour.
 
     Example:
         >>> import numpy as np
@@ -76,12 +83,18 @@ class PickPlaceExpert:
     place_tolerance: float = 0.015
     open_width: float = 0.075
     finger_speed: float = 0.01
+    hand_half_length: float = 0.12
+    hand_half_width: float = 0.07
+    max_shift: float = 0.025
 
-    def __call__(self, features: np.ndarray) -> np.ndarray:
-        """Expert actions for goal features.
+    def __call__(self, features: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
+        """Expert actions for goal features (and, optionally, the full state).
 
         Args:
             features: float ``(NUM_GOAL_FEATURES,)`` or ``(B, NUM_GOAL_FEATURES)``.
+            state: The matching LIBERO ``state`` vectors ``(D,)`` or ``(B, D)`` (39
+                proprio values, then 14 per object, zero padding), used to keep the hand
+                clear of neighbouring objects; None: no clearance shift.
 
         Returns:
             float32 actions ``(7,)`` or ``(B, 7)`` in ``[-1, 1]``: xyz, rotation (0) and
@@ -96,11 +109,19 @@ class PickPlaceExpert:
                 f"features: expected shape ({NUM_GOAL_FEATURES},) or (B, {NUM_GOAL_FEATURES}), "
                 f"got {features.shape}"
             )
+        if state is not None:
+            state = np.asarray(state, dtype=np.float64)
+            if state.shape[:-1] != features.shape[:-1]:
+                raise ValueError(
+                    f"state: expected one state per feature row, got shapes {state.shape} "
+                    f"and {features.shape}"
+                )
         if features.ndim == 1:
-            return self._act(features)
-        return np.stack([self._act(row) for row in features]) if len(features) else np.zeros(
-            (0, 7), dtype=np.float32
-        )
+            return self._act(features, state)
+        if not len(features):
+            return np.zeros((0, 7), dtype=np.float32)
+        rows = state if state is not None else [None] * len(features)
+        return np.stack([self._act(f, s) for f, s in zip(features, rows, strict=True)])
 
     def act(self, obs: dict[str, Any]) -> np.ndarray:
         """Expert actions for a (batched) LIBERO observation dict with ``goal_features``.
@@ -113,16 +134,45 @@ class PickPlaceExpert:
             raise KeyError(
                 "obs has no 'goal_features'; build LiberoEnv with state_features='goal' or 'both'"
             )
-        return self(obs["goal_features"])
+        return self(obs["goal_features"], obs.get("state"))
 
-    def _act(self, f: np.ndarray) -> np.ndarray:
+    def _neighbours(self, state: np.ndarray, obj: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Positions ``(n, 3)`` of the scene's other objects (not the goal's object or target)."""
+        blocks = state[39:]
+        blocks = blocks[: len(blocks) // 14 * 14].reshape(-1, 14)
+        blocks = blocks[np.abs(blocks[:, 3:7]).sum(1) > 0]  # zero padding has no quaternion
+        pos = blocks[:, :3]
+        keep = (np.linalg.norm(pos - obj, axis=1) > 1e-3) & (
+            np.linalg.norm(pos[:, :2] - target[:2], axis=1) > 0.05
+        )
+        return pos[keep]
+
+    def _clearance_shift(
+        self, grasp: np.ndarray, state: np.ndarray | None, obj: np.ndarray, target: np.ndarray
+    ) -> float:
+        """Shift along x that keeps the hand off neighbours standing above the grasp height."""
+        if state is None:
+            return 0.0
+        shift = 0.0
+        for pos in self._neighbours(state, obj, target):
+            dx, dy = pos[0] - grasp[0], pos[1] - grasp[1]
+            taller = pos[2] > grasp[2] + 0.01
+            if taller and abs(dy) < self.hand_half_length and abs(dx) < self.hand_half_width:
+                need = self.hand_half_width - abs(dx)
+                shift = -np.sign(dx) * min(need, self.max_shift) if dx else self.max_shift
+        return float(shift)
+
+    def _act(self, f: np.ndarray, state: np.ndarray | None) -> np.ndarray:
         eef, obj, target = f[_S["eef_pos"]], f[_S["object_pos"]], f[_S["target_pos"]]
         qpos, qvel = f[_S["gripper_qpos"]], f[_S["gripper_qvel"]]
         top = float(f[_S["object_top"]][0])
         width = qpos[0] - qpos[1]
         grasp = np.array([obj[0], obj[1], max(obj[2], top - self.grasp_depth)])
+        to_axis = grasp - eef
+        # a shifted grasp holds the object off-centre: allow for the shift
+        in_hand = np.linalg.norm(to_axis[:2]) < 0.02 + self.max_shift and abs(to_axis[2]) < 0.03
+        grasp[0] += self._clearance_shift(grasp, state, obj, target)
         to_grasp = grasp - eef
-        in_hand = np.linalg.norm(to_grasp[:2]) < 0.02 and abs(to_grasp[2]) < 0.03
         closed = width < self.open_width - 0.004
         fingers_moving = float(np.abs(qvel).max()) > self.finger_speed
 

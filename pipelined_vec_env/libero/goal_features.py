@@ -111,7 +111,9 @@ class GoalFeatures:
         return self.predicates[-1]
 
     def _position(self, name: str) -> np.ndarray:
-        return np.asarray(self._env.object_states_dict[name].get_geom_state()["pos"], dtype=np.float64)
+        return np.asarray(
+            self._env.object_states_dict[name].get_geom_state()["pos"], dtype=np.float64
+        )
 
     def _top(self, name: str, fallback: float) -> float:
         ids = self._geoms.get(name)
@@ -121,7 +123,9 @@ class GoalFeatures:
         aabb = np.asarray(model.geom_aabb)[ids]  # (n, 6): centre then half sizes, geom frame
         xmat = np.asarray(data.geom_xmat)[ids].reshape(-1, 3, 3)
         # world z of each geom's box centre, and its half height after rotation
-        centre_z = np.asarray(data.geom_xpos)[ids, 2] + np.einsum("nj,nj->n", xmat[:, 2, :], aabb[:, :3])
+        centre_z = np.asarray(data.geom_xpos)[ids, 2] + np.einsum(
+            "nj,nj->n", xmat[:, 2, :], aabb[:, :3]
+        )
         half_z = np.einsum("nj,nj->n", np.abs(xmat[:, 2, :]), aabb[:, 3:])
         return float(np.max(centre_z + half_z))
 
