@@ -42,6 +42,8 @@ from reference_trainer.checkpoint import BC_FORMAT, save_checkpoint
 __all__ = [
     "BCConfig",
     "BCResult",
+    "actor_mean",
+    "actor_state_dict",
     "chunk_targets",
     "evaluate_on_libero",
     "fit_normalizer",
@@ -184,6 +186,11 @@ def fit_normalizer(agent: ActorCritic, obs: dict[str, torch.Tensor], min_std: fl
     agent.obs_rms.count.fill_(float(len(state)))
 
 
+def actor_mean(agent: ActorCritic, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The actor's mean action, flattened: ``(B, prod(action_shape))`` (no critic pass)."""
+    return agent.actor_mean(agent.actor_encoder(obs))
+
+
 def _mse(
     agent: ActorCritic, obs: dict[str, torch.Tensor], targets: torch.Tensor, batch: int = 4096
 ) -> float:
@@ -191,7 +198,7 @@ def _mse(
     with torch.no_grad():
         for start in range(0, len(targets), batch):
             part = {k: v[start : start + batch] for k, v in obs.items()}
-            mean = agent.act(part, None).action.reshape(len(targets[start : start + batch]), -1)
+            mean = actor_mean(agent, part)
             total += float(((mean - targets[start : start + batch].reshape(mean.shape)) ** 2).sum())
     return total / max(1, targets.numel())
 
@@ -274,8 +281,8 @@ def train_bc(config: BCConfig) -> BCResult:
         perm = torch.randperm(n, generator=generator).to(device)
         for s in range(0, n, config.batch_size):
             idx = perm[s : s + config.batch_size]
-            mean = agent.act({k: v[idx] for k, v in train_obs.items()}, None).action
-            loss = ((mean.reshape(len(idx), -1) - train_y[idx]) ** 2).mean()
+            mean = actor_mean(agent, {k: v[idx] for k, v in train_obs.items()})
+            loss = ((mean - train_y[idx]) ** 2).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -289,7 +296,7 @@ def train_bc(config: BCConfig) -> BCResult:
     agent.load_state_dict(best[2])
     agent.eval()
     with torch.no_grad():
-        pred = agent.act(val_obs, None).action.reshape(len(val_y), config.chunk_size, action_dim)
+        pred = actor_mean(agent, val_obs).reshape(len(val_y), config.chunk_size, action_dim)
     per_dim = ((pred - val_y.reshape(pred.shape)) ** 2).mean(dim=(0, 1)).sqrt()
     metrics: dict[str, Any] = {
         "train_mse": _mse(agent, train_obs, train_y),
