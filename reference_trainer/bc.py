@@ -67,7 +67,7 @@ class BCConfig:
     """Actions per decision (K); must match the trainer's --chunk-size."""
     hidden_sizes: tuple[int, ...] = (128, 128)
     """Actor MLP hidden sizes; must match the trainer's --hidden-sizes."""
-    max_epochs: int = 400
+    max_epochs: int = 1000
     """Most passes over the training demos."""
     patience: int = 40
     """Stop after this many epochs without a better held-out error."""
