@@ -31,20 +31,39 @@ __all__ = [
     "NUM_SETTLE_STEPS",
     "STANDARD_SUITES",
     "SUITE_HORIZONS",
+    "Demo",
+    "DemoSet",
+    "GoalFeatures",
     "GoalShaping",
+    "InitStateCycle",
     "LiberoEnv",
     "LiberoTask",
+    "PickPlaceExpert",
+    "collect_demos",
     "get_task",
     "list_init_state_ids",
     "list_tasks",
+    "load_demos",
     "load_init_states",
     "num_tasks",
     "register_libero_envs",
     "suite_state_size",
     "task_state_size",
+    "write_demos",
 ]
 
-_LAZY = {"LiberoEnv": ".env", "GoalShaping": ".shaping"}
+_LAZY = {
+    "LiberoEnv": ".env",
+    "GoalShaping": ".shaping",
+    "GoalFeatures": ".goal_features",
+    "PickPlaceExpert": ".expert",
+    "InitStateCycle": ".collect",
+    "collect_demos": ".collect",
+    "Demo": ".demos",
+    "DemoSet": ".demos",
+    "load_demos": ".demos",
+    "write_demos": ".demos",
+}
 
 
 def __getattr__(name: str) -> Any:
