@@ -24,8 +24,9 @@ neighbouring object that the hand would land on: the one failure mode seen. Moti
 proportional controller on the end-effector position (OSC_POSE deltas, clipped to
 [-1, 1]); rotation stays 0, so the gripper keeps its initial top-down orientation.
 
-It solves the pick-and-place tasks of LIBERO whose goal is ``in``/``on`` a target
-(libero_object, most of libero_spatial); see docs/libero.md for measured success rates.
+Measured (docs/libero.md): 500/500 on libero_object (tasks 0-9, all 50 init states each);
+0/50 on libero_spatial, whose bowls are wider than the open gripper and need a rim grasp,
+which it does not do.
 """
 
 from __future__ import annotations
