@@ -14,6 +14,7 @@ from .errors import (
 )
 from .libero.registration import register_libero_envs
 from .registration import make_vec, register
+from .tune import TuneResult, tune
 from .vector_env import PipelinedVectorEnv
 
 __version__ = "0.1.0"
@@ -22,12 +23,14 @@ __all__ = [
     "PipelinedVectorEnv",
     "RemoteTraceback",
     "StageFailedError",
+    "TuneResult",
     "WaitTimeoutError",
     "WorkerCrashedError",
     "WorkerError",
     "__version__",
     "make_vec",
     "register",
+    "tune",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

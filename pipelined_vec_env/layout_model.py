@@ -1,0 +1,305 @@
+"""A model of a single-caller rollout loop: predicts env steps/s of a layout from costs.
+
+Used by `pipelined_vec_env.tune.tune`. The design notes' overlap bound (``../shared/design.md``)
+and issue 14's closed form for one worker per stage,
+
+    rate = N / max(N * B, k * Te + k * B, N * Te / min(cores, stages)),
+
+hold for fixed step times and a policy whose cost is ``B`` per observation. Here step times
+are random (a measured distribution per env), the policy has a fixed cost per call, each
+message to a worker costs caller CPU and latency, and envs may be CPU-bound (they share the
+machine's cores) or sleep (a GPU, a remote simulator). Rather than a closed form for each
+case, `simulate` plays the loop forward over resampled step times, in simulated time, with
+the machine's cores shared equally by every task that wants CPU (processor sharing). The
+order statistics a closed form would need (the slowest of a stage's workers, the ``b``-th of
+``N`` envs to finish in decoupled mode) come out of the simulation. With constant step times
+and no overheads it gives the closed form above (tested).
+
+Two loops, as a single caller thread runs them:
+
+- ``staged``: all stages stepped after the reset; then round robin: wait for stage ``s``,
+  run the policy on its ``n_s`` observations, send stage ``s``'s actions, go to ``s + 1``.
+  A worker steps its envs one after the other; a stage is done when its last worker is.
+- ``decoupled``: one env per worker; wait until at least ``b`` envs have results, run the
+  policy on all that are ready, send their actions (EnvPool's ``recv``/``send``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Costs", "Layout", "overlap_bound", "rank", "simulate"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way of running ``N`` envs with one caller.
+
+    Attributes:
+        mode: ``"staged"`` (round robin over stages) or ``"decoupled"`` (``recv``/``send``).
+        num_stages: Pipeline stages (1 in decoupled mode).
+        envs_per_worker: Envs per worker process (1 in decoupled mode).
+        batch_size: The ``recv`` batch of decoupled mode (least results per policy call);
+            None when staged.
+    """
+
+    mode: str
+    num_stages: int = 1
+    envs_per_worker: int = 1
+    batch_size: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``"staged 2x4"`` (stages x envs per worker) or ``"decoupled b=4"``."""
+        if self.mode == "staged":
+            return f"staged {self.num_stages}x{self.envs_per_worker}"
+        return f"decoupled b={self.batch_size}"
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the model needs, measured (see `pipelined_vec_env.tune.tune`). Seconds.
+
+    Attributes:
+        step_wall: Per env, samples of one step's wall time in its worker (float64
+            ``(n_i,)``), message latency excluded.
+        step_cpu_fraction: Per env, the fraction of its step time spent on a CPU (float64
+            ``(N,)``, in ``[0, 1]``); the rest is off-CPU (sleep, I/O, an accelerator).
+        message_latency: Off-CPU time of one command round trip to a worker (wake-ups).
+        message_cpu: Caller CPU per worker message sent and received; a policy call costs
+            one more (the loop's fixed overhead).
+        policy_batch_sizes: Batch sizes the policy was timed at (int, ascending).
+        policy_wall: Wall time of one policy call at each of those sizes.
+        policy_cpu: Caller CPU time of one policy call at each size (<= wall).
+        cores: Cores the workers and the caller share.
+        background_load: Other processes' demand on those cores, as this many always
+            busy tasks sharing them with ours (0 on an idle machine).
+    """
+
+    step_wall: Sequence[np.ndarray]
+    step_cpu_fraction: np.ndarray
+    message_latency: float
+    message_cpu: float
+    policy_batch_sizes: np.ndarray
+    policy_wall: np.ndarray
+    policy_cpu: np.ndarray
+    cores: int
+    background_load: float = 0.0
+
+    @property
+    def num_envs(self) -> int:
+        """``N``."""
+        return len(self.step_wall)
+
+    def policy(self, batch: int) -> tuple[float, float]:
+        """``(wall, cpu)`` seconds of one policy call on ``batch`` observations: linear
+        between the timed sizes, extended linearly past the largest (at least the largest
+        size's cost) and flat below the smallest."""
+        sizes = np.asarray(self.policy_batch_sizes, dtype=np.float64)
+        out = []
+        for values in (self.policy_wall, self.policy_cpu):
+            values = np.asarray(values, dtype=np.float64)
+            if batch <= sizes[-1] or len(sizes) == 1:
+                out.append(float(np.interp(batch, sizes, values)))
+            else:
+                slope = max(0.0, (values[-1] - values[-2]) / (sizes[-1] - sizes[-2]))
+                out.append(float(values[-1] + slope * (batch - sizes[-1])))
+        return out[0], min(out[0], out[1])
+
+
+def overlap_bound(
+    num_envs: int, num_stages: int, step_seconds: float, policy_per_obs: float, cores: int
+) -> float:
+    """Issue 14's overlap bound in env steps/s: one worker per stage holding its ``k`` envs,
+    fixed step time ``Te`` (CPU-bound), a policy costing ``B`` per observation, off-CPU.
+
+    Returns:
+        ``N / max(N * B, k * Te + k * B, N * Te / min(cores, stages))``, ``k = N / stages``.
+    """
+    k = num_envs / num_stages
+    round_time = max(
+        num_envs * policy_per_obs,
+        k * step_seconds + k * policy_per_obs,
+        num_envs * step_seconds / min(cores, num_stages),
+    )
+    return num_envs / round_time
+
+
+class _Machine:
+    """Tasks in simulated time: each a list of ``("cpu" | "off", seconds)`` segments. CPU
+    segments share ``cores`` equally (at most one core each) with ``background`` always busy
+    tasks of other processes; off-CPU segments just wait."""
+
+    def __init__(self, cores: int, background: float = 0.0) -> None:
+        self.cores = cores
+        self.background = background
+        self.now = 0.0
+        self.tasks: dict[int, list] = {}  # id -> [segments, index, remaining, on_done]
+        self._next_id = 0
+
+    def start(self, segments: list[tuple[str, float]], on_done: Callable[[], None]) -> None:
+        segments = [s for s in segments if s[1] > 0.0]
+        if not segments:
+            on_done()
+            return
+        self.tasks[self._next_id] = [segments, 0, segments[0][1], on_done]
+        self._next_id += 1
+
+    def advance(self) -> None:
+        """Run until the next segment ends; call the callbacks of tasks that finished."""
+        if not self.tasks:
+            raise RuntimeError("simulation stalled: no task is running")
+        on_cpu = sum(1 for t in self.tasks.values() if t[0][t[1]][0] == "cpu")
+        rate = min(1.0, self.cores / (on_cpu + self.background)) if on_cpu else 1.0
+        dt = min(t[2] / rate if t[0][t[1]][0] == "cpu" else t[2] for t in self.tasks.values())
+        self.now += dt
+        done = []
+        for key, t in list(self.tasks.items()):
+            t[2] -= dt * rate if t[0][t[1]][0] == "cpu" else dt
+            if t[2] <= 1e-12:
+                t[1] += 1
+                if t[1] < len(t[0]):
+                    t[2] = t[0][t[1]][1]
+                else:
+                    done.append(key)
+        for key in done:
+            self.tasks.pop(key)[3]()
+
+
+def _split(layout: Layout, num_envs: int) -> list[list[list[int]]]:
+    """Stages -> workers -> env ids, split like ``np.array_split`` (as the env does)."""
+    stages = []
+    for ids in np.array_split(np.arange(num_envs), layout.num_stages):
+        workers = math.ceil(len(ids) / layout.envs_per_worker)
+        stages.append([list(map(int, w)) for w in np.array_split(ids, workers)])
+    return stages
+
+
+def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed: int = 0) -> float:
+    """Predicted env steps/s of ``layout`` under ``costs``.
+
+    Args:
+        layout: The layout.
+        costs: Measured costs.
+        env_steps: Env steps to simulate (default ``max(400, 60 * N)``); the first quarter
+            of the simulated time is a warm-up and not counted.
+        seed: Seed of the resampled step times.
+
+    Returns:
+        Env steps per second of the loop in steady state.
+    """
+    n = costs.num_envs
+    rng = np.random.default_rng(seed)
+    total = env_steps or max(400, 60 * n)
+    machine = _Machine(costs.cores, costs.background_load)
+    latency = max(0.0, costs.message_latency)
+
+    def step_segments(env: int) -> list[tuple[str, float]]:
+        wall = float(rng.choice(costs.step_wall[env]))
+        f = float(costs.step_cpu_fraction[env])
+        return [("cpu", f * wall), ("off", (1.0 - f) * wall)]
+
+    def policy_segments(batch: int, messages: int) -> list[tuple[str, float]]:
+        wall, cpu = costs.policy(batch)
+        return [("cpu", cpu + (messages + 1) * costs.message_cpu), ("off", wall - cpu)]
+
+    counted: list[tuple[float, int]] = []  # (time, env steps handed to the policy)
+    caller = {"busy": False, "steps": 0}
+
+    if layout.mode == "staged":
+        stages = _split(layout, n)
+        pending = [0] * len(stages)
+        done = [False] * len(stages)
+        turn = {"s": 0}
+
+        def launch(s: int) -> None:
+            pending[s] = len(stages[s])
+            for worker in stages[s]:
+                segments = [("off", latency)]
+                for env in worker:
+                    segments += step_segments(env)
+                machine.start(segments, lambda s=s: worker_done(s))
+
+        def worker_done(s: int) -> None:
+            pending[s] -= 1
+            if pending[s] == 0:
+                done[s] = True
+                serve()
+
+        def serve() -> None:
+            s = turn["s"]
+            if caller["busy"] or not done[s]:
+                return
+            done[s] = False
+            caller["busy"] = True
+            size = sum(len(w) for w in stages[s])
+            counted.append((machine.now, size))
+            caller["steps"] += size
+
+            def served() -> None:
+                caller["busy"] = False
+                launch(s)
+                turn["s"] = (s + 1) % len(stages)
+                serve()
+
+            machine.start(policy_segments(size, len(stages[s])), served)
+
+        for s in range(len(stages)):
+            launch(s)
+    elif layout.mode == "decoupled":
+        batch = int(layout.batch_size or 1)
+        ready: list[int] = []
+
+        def launch_env(env: int) -> None:
+            machine.start([("off", latency), *step_segments(env)], lambda: env_done(env))
+
+        def env_done(env: int) -> None:
+            ready.append(env)
+            serve_ready()
+
+        def serve_ready() -> None:
+            if caller["busy"] or len(ready) < batch:
+                return
+            taken = ready[:]
+            ready.clear()
+            caller["busy"] = True
+            counted.append((machine.now, len(taken)))
+            caller["steps"] += len(taken)
+
+            def served() -> None:
+                caller["busy"] = False
+                for env in taken:
+                    launch_env(env)
+                serve_ready()
+
+            machine.start(policy_segments(len(taken), len(taken)), served)
+
+        for env in range(n):
+            launch_env(env)
+    else:
+        raise ValueError(f"layout.mode: expected 'staged' or 'decoupled', got {layout.mode!r}")
+
+    while caller["steps"] < total:
+        machine.advance()
+    end = counted[-1][0]
+    start = end / 4
+    window = [(t, c) for t, c in counted if t > start]
+    if len(window) < 2 or end <= start:
+        return float("nan")
+    first = window[0][0]
+    return sum(c for _, c in window[1:]) / (end - first)
+
+
+def rank(layouts: Sequence[Layout], costs: Costs, *, seed: int = 0) -> list[tuple[Layout, float]]:
+    """Every layout with its predicted steps/s, best first (ties: fewer workers first)."""
+    predicted = [(layout, simulate(layout, costs, seed=seed)) for layout in layouts]
+    return heapq.nlargest(len(predicted), predicted, key=lambda p: (p[1], -_workers(p[0], costs)))
+
+
+def _workers(layout: Layout, costs: Costs) -> int:
+    return sum(len(stage) for stage in _split(layout, costs.num_envs))

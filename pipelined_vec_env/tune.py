@@ -1,0 +1,639 @@
+"""`tune`: choose a layout (stages, envs per worker, or decoupled mode) from measurements.
+
+Which layout is fastest depends on the env's step-time distribution, the policy's latency
+against batch size and the machine's cores. `tune` measures those through the public API
+of `PipelinedVectorEnv`, predicts every candidate layout with the model of
+`pipelined_vec_env.layout_model` (issue 14's overlap bound, generalised to random step
+times, per-call policy costs, message costs and shared cores), then runs the best few for a
+short while and returns the fastest measured. PufferLib's ``autotune`` runs a grid of full
+configurations instead; predicting first keeps the measured runs to a few.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import Env
+
+from .batching import batch_slice
+from .layout_model import Costs, Layout, rank
+from .vector_env import PipelinedVectorEnv
+
+__all__ = ["TuneResult", "measure_layout", "tune"]
+
+logger = logging.getLogger(__name__)
+
+_MODES = ("staged", "decoupled")
+# chosen by tune, so not accepted in env_kwargs
+_LAYOUT_KWARGS = ("num_stages", "envs_per_worker")
+
+
+@dataclass
+class TuneResult:
+    """The layout `tune` chose, with every layout it considered.
+
+    Attributes:
+        mode: ``"staged"`` (a round robin over stages with ``step_async``/``step_wait``)
+            or ``"decoupled"`` (``async_reset``/``recv``/``send``).
+        kwargs: Keyword arguments for `PipelinedVectorEnv` (``num_stages``,
+            ``envs_per_worker``, ``worker_nice`` where the env has it, and the
+            ``env_kwargs`` passed to `tune`).
+        batch_size: The ``recv`` batch size in decoupled mode; None when staged.
+        predicted_steps_per_s: The model's env steps/s for the chosen layout.
+        measured_steps_per_s: Env steps/s of its short verification run (None if it was
+            not run: ``verify_top=0`` or no time left).
+        table: One dict per layout considered, best predicted first: ``name``, ``mode``,
+            ``kwargs``, ``batch_size``, ``predicted`` and ``measured`` (steps/s, None where
+            not run).
+        measurements: What the model was fed: ``step_ms`` (median, p90, p99 and mean of
+            the step time), ``cpu_fraction`` (mean), ``message_latency_us``,
+            ``message_cpu_us``, ``policy_ms`` (batch size -> wall ms), ``cores``.
+        seconds: Wall time `tune` took.
+    """
+
+    mode: str
+    kwargs: dict[str, Any]
+    batch_size: int | None
+    predicted_steps_per_s: float
+    measured_steps_per_s: float | None
+    table: list[dict[str, Any]]
+    measurements: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def format_table(self) -> str:
+        """The table as aligned text, the chosen layout marked with ``*``."""
+        lines = [f"{'layout':<16} {'predicted':>10} {'measured':>10}"]
+        for row in self.table:
+            chosen = (
+                row["mode"] == self.mode
+                and row["batch_size"] == self.batch_size
+                and row["kwargs"] == self.kwargs
+            )
+            measured = "-" if row["measured"] is None else f"{row['measured']:.0f}"
+            lines.append(
+                f"{row['name'] + (' *' if chosen else ''):<16} {row['predicted']:>10.0f} {measured:>10}"
+            )
+        return "\n".join(lines)
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.start = time.perf_counter()
+        self.seconds = seconds
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.seconds - self.elapsed()
+
+
+def _check_ints(name: str, values: Any, low: int, high: int | None) -> tuple[int, ...] | None:
+    if values is None:
+        return None
+    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    bad = [
+        v
+        for v in values
+        if isinstance(v, bool)
+        or not isinstance(v, (int, np.integer))
+        or v < low
+        or (high is not None and v > high)
+    ]
+    if not values or bad:
+        span = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name}: expected a non-empty sequence of ints in {span}, got {values!r}")
+    return tuple(sorted({int(v) for v in values}))
+
+
+def _positive(name: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not 0 < value < math.inf
+    ):
+        raise ValueError(f"{name}: expected finite seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _powers_of_two(n: int) -> list[int]:
+    values = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return sorted({*values, n})
+
+
+def _candidates(
+    num_envs: int,
+    modes: tuple[str, ...],
+    num_stages: tuple[int, ...] | None,
+    envs_per_worker: tuple[int, ...] | None,
+    batch_sizes: tuple[int, ...] | None,
+) -> list[Layout]:
+    layouts: list[Layout] = []
+    if "staged" in modes:
+        for s in num_stages or _powers_of_two(num_envs):
+            stage_size = math.ceil(num_envs / s)
+            per_worker = envs_per_worker or (1, stage_size)
+            for e in sorted({min(e, stage_size) for e in per_worker}):
+                layouts.append(Layout("staged", s, e))
+    if "decoupled" in modes:
+        for b in batch_sizes or _powers_of_two(num_envs):
+            layouts.append(Layout("decoupled", 1, 1, b))
+    return list(dict.fromkeys(layouts))
+
+
+def _noop(env: Env) -> None:
+    """Called in a worker to time one command round trip."""
+    return None
+
+
+def _worker_cpu(env: Env) -> tuple[float, float]:
+    """Called in a worker: its CPU time and its time spent runnable but waiting for a core,
+    so far (seconds). The wait comes from Linux's ``/proc/self/schedstat`` (0 elsewhere)."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            on_cpu, waiting = (int(x) for x in f.read().split()[:2])
+        return on_cpu * 1e-9, waiting * 1e-9
+    except (OSError, ValueError):
+        return time.process_time(), 0.0
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_policy_output(actions: Any, n: int, envs: PipelinedVectorEnv) -> None:
+    space = envs.single_action_space
+    try:
+        ok = len(actions) == n  # type: ignore[arg-type]
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"policy: expected a batch of {n} actions of {space} (first axis = the "
+            f"observations given), got {type(actions).__name__} "
+            f"{getattr(actions, 'shape', '')}"
+        )
+
+
+def _time_policy(
+    policy: Callable[[Any], Any],
+    envs: PipelinedVectorEnv,
+    obs: Any,
+    sizes: list[int],
+    seconds: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Median wall and CPU seconds of one policy call at each batch size."""
+    space = envs.single_observation_space
+    walls, cpus = [], []
+    per_size = seconds / max(1, len(sizes))
+    for b in sizes:
+        batch = batch_slice(space, obs, slice(0, b))
+        _check_policy_output(policy(batch), b, envs)  # also a warm-up
+        wall_samples, cpu_samples = [], []
+        start = time.perf_counter()
+        while len(wall_samples) < 3 or (
+            len(wall_samples) < 50 and time.perf_counter() - start < per_size
+        ):
+            t0, c0 = time.perf_counter(), time.process_time()
+            policy(batch)
+            wall_samples.append(time.perf_counter() - t0)
+            cpu_samples.append(time.process_time() - c0)
+        walls.append(float(np.median(wall_samples)))
+        cpus.append(float(np.median(cpu_samples)))
+    return np.array(walls), np.array(cpus)
+
+
+def _probe_steps(
+    envs: PipelinedVectorEnv, in_flight: int, max_steps: int, seconds: float, seed: int
+) -> tuple[list[np.ndarray], float]:
+    """Step every env with random actions through ``send``/``recv``, at most ``in_flight``
+    at a time (so the envs do not compete for cores), for ``max_steps`` steps each or until
+    ``seconds`` pass. Returns per-env turnaround samples (send to result, seconds) and the
+    wall time it took."""
+    n = envs.num_envs
+    space = envs.single_action_space
+    envs.action_space.seed(seed)
+    pool = envs.action_space.sample()  # one random action per env
+    turnaround: list[list[float]] = [[] for _ in range(n)]
+    sent_at = np.zeros(n)
+    envs.async_reset(seed=seed)
+    envs.recv(n, timeout=max(seconds, 1.0) * 10)
+    waiting = list(range(n))  # received, not sent
+    flying = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    def send(env: int) -> None:
+        nonlocal flying
+        envs.send(batch_slice(space, pool, slice(env, env + 1)), [env])
+        sent_at[env] = time.perf_counter()
+        flying += 1
+
+    while True:
+        while waiting and flying < in_flight and time.perf_counter() < deadline:
+            env = waiting.pop(0)
+            if len(turnaround[env]) < max_steps:
+                send(env)
+        if flying == 0:
+            break
+        _, _, _, _, infos = envs.recv(1, timeout=max(1.0, 10 * seconds))
+        now = time.perf_counter()
+        for env in infos["env_id"]:
+            turnaround[int(env)].append(now - sent_at[int(env)])
+            flying -= 1
+            waiting.append(int(env))
+    return [np.array(t) for t in turnaround], time.perf_counter() - start
+
+
+def _measure(
+    envs: PipelinedVectorEnv,
+    policy: Callable[[Any], Any],
+    sizes: list[int],
+    cores: int,
+    probe_steps: int,
+    probe_seconds: float,
+    seed: int,
+) -> tuple[Costs, dict[str, Any]]:
+    n = envs.num_envs
+    obs, _ = envs.reset(seed=seed)
+    # one command round trip to one worker (wall), and the caller's CPU per message
+    for _ in range(3):
+        envs.call_at([0], _noop)
+    trips = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        envs.call_at([0], _noop)
+        trips.append(time.perf_counter() - t0)
+    latency = float(np.median(trips))
+    envs.action_space.seed(seed)
+    actions = envs.action_space.sample()
+    envs.step(actions)
+    c0, rounds = time.process_time(), 0
+    t_end = time.perf_counter() + min(0.3, probe_seconds / 4)
+    while rounds < 3 or (rounds < 200 and time.perf_counter() < t_end):
+        envs.step(actions)
+        rounds += 1
+    message_cpu = (time.process_time() - c0) / rounds / (n + 1)
+
+    envs.reset(seed=seed)
+    cpu_before = np.array(envs.call(_worker_cpu))
+    turnaround, _ = _probe_steps(envs, min(cores, n), probe_steps, probe_seconds, seed)
+    envs.reset(seed=seed)
+    cpu_after = np.array(envs.call(_worker_cpu))
+    envs.reset(seed=seed)
+    cpu_reset = np.array(envs.call(_worker_cpu)) - cpu_after  # one reset and one call
+    used = np.maximum(cpu_after - cpu_before - 2 * cpu_reset, 0.0)  # (N, 2): cpu, wait
+    steps = np.array([max(1, len(t)) for t in turnaround])
+    cpu_per_step, wait_per_step = used[:, 0] / steps, used[:, 1] / steps
+
+    off_latency = max(0.0, latency - 2 * message_cpu)
+    turnaround = [t if len(t) else np.array([latency]) for t in turnaround]
+    measured = [np.maximum(t - latency, 1e-7) for t in turnaround]
+    mean_wall = np.array([w.mean() for w in measured])
+    # a step's wall time = its CPU work + waiting for a core (other processes) + sleeping;
+    # the model replays work and sleep, and the waiting through its shared cores
+    runnable = np.clip((cpu_per_step + wait_per_step) / mean_wall, 0.0, 1.0)
+    fraction = np.clip(cpu_per_step / mean_wall, 0.0, 1.0)
+    keep = np.clip(1.0 - runnable + fraction, 1e-3, 1.0)  # work + sleep, of the wall time
+    step_wall = [w * k for w, k in zip(measured, keep, strict=True)]
+    fraction = np.clip(fraction / keep, 0.0, 1.0)
+    # other processes' load, as busy tasks sharing the cores: the probe ran k envs at once,
+    # each on a core a share `got` of the time it was runnable; equal sharing gives
+    # got = cores / (k_runnable + load)
+    cpu_total, wait_total = float(used[:, 0].sum()), float(used[:, 1].sum())
+    got = cpu_total / (cpu_total + wait_total) if cpu_total + wait_total > 0 else 1.0
+    k_runnable = min(cores, n) * float(runnable.mean())
+    background = max(0.0, cores / max(got, 1e-3) - k_runnable) if got < 0.95 else 0.0
+    policy_wall, policy_cpu = _time_policy(policy, envs, obs, sizes, min(1.0, probe_seconds / 2))
+    costs = Costs(
+        step_wall=step_wall,
+        step_cpu_fraction=fraction,
+        message_latency=off_latency,
+        message_cpu=message_cpu,
+        policy_batch_sizes=np.array(sizes),
+        policy_wall=policy_wall,
+        policy_cpu=policy_cpu,
+        cores=cores,
+        background_load=background,
+    )
+    pooled = np.concatenate(measured) * 1e3
+    summary = {
+        "step_ms": {
+            "median": float(np.median(pooled)),
+            "p90": float(np.percentile(pooled, 90)),
+            "p99": float(np.percentile(pooled, 99)),
+            "mean": float(pooled.mean()),
+            "samples": int(pooled.size),
+        },
+        "cpu_fraction": float(fraction.mean()),
+        "runqueue_wait_fraction": float(
+            (runnable - np.clip(cpu_per_step / mean_wall, 0, 1)).mean()
+        ),
+        "background_load": background,
+        "message_latency_us": latency * 1e6,
+        "message_cpu_us": message_cpu * 1e6,
+        "policy_ms": {int(b): float(w * 1e3) for b, w in zip(sizes, policy_wall, strict=True)},
+        "policy_cpu_ms": {int(b): float(c * 1e3) for b, c in zip(sizes, policy_cpu, strict=True)},
+        "cores": cores,
+    }
+    return costs, summary
+
+
+def measure_layout(
+    envs: PipelinedVectorEnv,
+    policy: Callable[[Any], Any],
+    *,
+    batch_size: int | None = None,
+    env_steps: int | None = None,
+    seconds: float | None = None,
+    timeout: float = 60.0,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Run the single-caller loop that `tune` models and time it.
+
+    Staged (``batch_size=None``): every stage is stepped after a reset, then round robin:
+    ``step_wait(stage=s)``, ``policy(obs)``, ``step_async(actions, stage=s)``. Decoupled
+    (``batch_size=b``): ``async_reset``, then ``recv(b)``, ``policy(obs)``, ``send``.
+    One round of ``num_envs`` env steps is a warm-up and not timed; at the end, whatever is
+    in flight is collected, so ``envs`` can be reset and reused.
+
+    Args:
+        envs: The vector env (any layout).
+        policy: ``policy(obs) -> actions``, numpy batches in and out, in this thread.
+        batch_size: None for the staged loop, else the ``recv`` batch size.
+        env_steps: Timed env steps (rounded up to whole policy calls).
+        seconds: Or: time the loop for this long (one of the two is needed).
+        timeout: Bound of every wait (seconds).
+        seed: Reset seed.
+
+    Returns:
+        ``{"steps": env steps timed, "seconds": their wall time, "steps_per_s": ...}``.
+
+    Raises:
+        ValueError: Neither or both of ``env_steps`` and ``seconds``; a bad ``batch_size``.
+        WaitTimeoutError: A wait took longer than ``timeout``.
+    """
+    if (env_steps is None) == (seconds is None):
+        raise ValueError("measure_layout: pass exactly one of env_steps and seconds")
+    n = envs.num_envs
+    if batch_size is not None and not 1 <= batch_size <= n:
+        raise ValueError(f"batch_size: expected None or an int in [1, {n}], got {batch_size!r}")
+    warmup = n
+    counted, start = 0, None
+    total = -warmup
+
+    def more() -> bool:
+        if start is None:
+            return True
+        if env_steps is not None:
+            return counted < env_steps
+        return time.perf_counter() - start < seconds
+
+    if batch_size is None:
+        obs, _ = envs.reset(seed=seed)
+        space = envs.single_observation_space
+        for s, envs_slice in enumerate(envs.stage_slices):
+            envs.step_async(policy(batch_slice(space, obs, envs_slice)), stage=s)
+        s = 0
+        while more():
+            obs_s, *_ = envs.step_wait(stage=s, timeout=timeout)
+            total += envs.stage_slices[s].stop - envs.stage_slices[s].start
+            if start is None and total >= 0:
+                start = time.perf_counter()
+            elif start is not None:
+                counted = total
+            envs.step_async(policy(obs_s), stage=s)
+            s = (s + 1) % envs.num_stages
+        end = time.perf_counter()
+        for k in range(envs.num_stages):
+            envs.step_wait(stage=(s + k) % envs.num_stages, timeout=timeout)
+    else:
+        envs.async_reset(seed=seed)
+        while more():
+            obs, _, _, _, infos = envs.recv(batch_size, timeout=timeout)
+            ids = infos["env_id"]
+            total += len(ids)
+            if start is None and total >= 0:
+                start = time.perf_counter()
+            elif start is not None:
+                counted = total
+            envs.send(policy(obs), ids)
+        end = time.perf_counter()
+        envs.recv(n, timeout=timeout)
+    assert start is not None
+    elapsed = max(end - start, 1e-9)
+    return {"steps": float(counted), "seconds": elapsed, "steps_per_s": counted / elapsed}
+
+
+def tune(
+    env_fns: Sequence[Callable[[], Env]],
+    policy: Callable[[Any], Any],
+    *,
+    max_seconds: float = 60.0,
+    modes: Sequence[str] = _MODES,
+    num_stages: Sequence[int] | None = None,
+    envs_per_worker: Sequence[int] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    verify_top: int = 2,
+    probe_steps: int = 32,
+    probe_seconds: float = 2.0,
+    verify_seconds: float = 1.0,
+    cores: int | None = None,
+    seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
+) -> TuneResult:
+    """Choose the fastest layout for ``env_fns`` driven by ``policy`` from one caller thread.
+
+    1. Measure, on one vector env with one env per worker: each env's step time
+       (``send``/``recv`` turnaround of random actions, at most ``cores`` envs in flight,
+       minus the latency of a no-op command), the fraction of it spent on a CPU (the
+       workers' CPU time), the caller's CPU per worker message (from ``step()`` rounds),
+       and the policy's wall and CPU time at the batch sizes the layouts need.
+    2. Predict every candidate layout's env steps/s with
+       `pipelined_vec_env.layout_model.simulate` (the overlap bound of the design notes,
+       generalised; see ``docs/tune.md``).
+    3. Run the ``verify_top`` best predicted (plus the best of the other mode when it is
+       within 20% of the top) with `measure_layout` for ``verify_seconds`` each, and return
+       the fastest measured; without any run, the best predicted.
+
+    The whole call stays within ``max_seconds`` (plus the time to close the last vector
+    env): each phase gets a share, verification runs that would not fit are skipped.
+
+    Args:
+        env_fns: One constructor per env, as for `PipelinedVectorEnv`.
+        policy: ``policy(obs) -> actions``: a batch of observations in gymnasium's layout
+            (numpy) to a batch of as many actions (numpy), run in the calling thread.
+        max_seconds: Bound of the whole call (seconds).
+        modes: Modes to consider: ``"staged"`` and/or ``"decoupled"``.
+        num_stages: Stage counts to consider (default: powers of two up to ``num_envs``).
+        envs_per_worker: Envs per worker to consider (default: 1 and the whole stage in
+            one worker).
+        batch_sizes: Decoupled ``recv`` batch sizes (default: powers of two up to
+            ``num_envs``).
+        verify_top: Layouts verified with a real run (0: trust the model).
+        probe_steps: Most steps per env timed for the step-time distribution.
+        probe_seconds: Time for those steps (and, half of it, for timing the policy).
+        verify_seconds: Length of each verification run.
+        cores: Cores the workers and the policy share (default: the cores this process
+            may run on).
+        seed: Seed of resets, random actions and the model's resampling.
+        env_kwargs: Other `PipelinedVectorEnv` arguments (``context``, ``autoreset_mode``,
+            ``worker_threads`` ...), used for every vector env and returned in ``kwargs``.
+
+    Returns:
+        A [`TuneResult`][pipelined_vec_env.tune.TuneResult].
+
+    Raises:
+        ValueError: A bad argument (checked before any worker starts), or a policy that
+            does not return one action per observation.
+        WaitTimeoutError: The envs did not start, or a step did not finish, within the
+            time left.
+
+    Examples:
+        >>> import numpy as np
+        >>> from pipelined_vec_env import tune
+        >>> from pipelined_vec_env.debug_envs import BusyEnv
+        >>> fns = [lambda: BusyEnv(step_seconds=0.001, action_dim=2)] * 4
+        >>> result = tune(fns, lambda obs: np.zeros((len(obs), 2), np.float32), max_seconds=20)
+        >>> result.mode in ("staged", "decoupled"), result.seconds < 30
+        (True, True)
+    """
+    budget = _Budget(_positive("max_seconds", max_seconds))
+    env_fns = list(env_fns) if isinstance(env_fns, Sequence) else env_fns
+    if not isinstance(env_fns, list) or not env_fns or not all(callable(f) for f in env_fns):
+        raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
+    if not callable(policy):
+        raise ValueError(f"policy: expected a callable policy(obs) -> actions, got {policy!r}")
+    n = len(env_fns)
+    modes = tuple(modes) if not isinstance(modes, str) else (modes,)
+    if not modes or any(m not in _MODES for m in modes):
+        raise ValueError(f"modes: expected a non-empty subset of {_MODES}, got {modes!r}")
+    stage_counts = _check_ints("num_stages", num_stages, 1, n)
+    per_worker = _check_ints("envs_per_worker", envs_per_worker, 1, None)
+    sizes = _check_ints("batch_sizes", batch_sizes, 1, n)
+    _check_ints("verify_top", verify_top, 0, None)
+    _check_ints("probe_steps", probe_steps, 1, None)
+    probe_seconds = _positive("probe_seconds", probe_seconds)
+    verify_seconds = _positive("verify_seconds", verify_seconds)
+    if cores is not None:
+        _check_ints("cores", cores, 1, None)
+    env_kwargs = dict(env_kwargs or {})
+    accepted = inspect.signature(PipelinedVectorEnv).parameters
+    unknown = [k for k in env_kwargs if k not in accepted or k == "env_fns"]
+    chosen = [k for k in env_kwargs if k in _LAYOUT_KWARGS]
+    if unknown or chosen:
+        raise ValueError(
+            f"env_kwargs: expected PipelinedVectorEnv arguments other than env_fns, "
+            f"num_stages and envs_per_worker, got {sorted(unknown + chosen)}"
+        )
+    if env_kwargs.get("backend", "multiprocessing") != "multiprocessing":
+        raise ValueError("env_kwargs: tune supports backend='multiprocessing' only")
+    cores = int(cores) if cores is not None else _usable_cores()
+    layouts = _candidates(n, modes, stage_counts, per_worker, sizes)
+    policy_sizes = sorted(
+        {
+            *(b for layout in layouts if layout.batch_size for b in (layout.batch_size,)),
+            *(math.ceil(n / layout.num_stages) for layout in layouts),
+            *(n // layout.num_stages for layout in layouts),
+            1,
+            n,
+        }
+    )
+
+    # phase 1: measure (one env per worker, the layout decoupled mode uses)
+    def build(layout: Layout, timeout: float) -> PipelinedVectorEnv:
+        return PipelinedVectorEnv(
+            env_fns,
+            num_stages=layout.num_stages,
+            envs_per_worker=layout.envs_per_worker,
+            **{"start_timeout": max(1.0, timeout), **env_kwargs},
+        )
+
+    probe_layout = Layout("staged", 1, 1)
+    started = time.perf_counter()
+    envs = build(probe_layout, budget.left())
+    start_cost = time.perf_counter() - started
+    share = min(probe_seconds, max(0.05, 0.2 * budget.left()))
+    try:
+        costs, summary = _measure(envs, policy, policy_sizes, cores, probe_steps, share, seed)
+        # phase 2: predict
+        ranked = rank(layouts, costs, seed=seed)
+        table = [
+            {
+                "name": layout.name,
+                "mode": layout.mode,
+                "kwargs": _kwargs(layout, env_kwargs),
+                "batch_size": layout.batch_size,
+                "predicted": predicted,
+                "measured": None,
+            }
+            for layout, predicted in ranked
+        ]
+        # phase 3: verify the best few
+        picks = [layout for layout, _ in ranked[:verify_top]]
+        if verify_top:
+            top = ranked[0][1]
+            other = next((lp for lp in ranked if lp[0].mode != ranked[0][0].mode), None)
+            if other is not None and other[0] not in picks and other[1] >= 0.8 * top:
+                picks.append(other[0])
+        # layouts the probe env can run need no start-up: run them first
+        picks.sort(key=lambda layout: not _same_workers(layout, probe_layout))
+        for layout in picks:
+            run_seconds = min(verify_seconds, max(0.05, 0.5 * budget.left()))
+            needs_start = not _same_workers(layout, probe_layout)
+            if budget.left() < run_seconds + 0.5 + (2 * start_cost if needs_start else 0.0):
+                logger.info("tune: no time left to verify %s", layout.name)
+                continue
+            if needs_start:
+                envs.close()
+                envs = build(layout, budget.left())
+                probe_layout = layout
+            measured = measure_layout(
+                envs,
+                policy,
+                batch_size=layout.batch_size,
+                seconds=run_seconds,
+                timeout=max(1.0, budget.left()),
+                seed=seed,
+            )
+            row = next(r for r in table if r["name"] == layout.name)
+            row["measured"] = measured["steps_per_s"]
+    finally:
+        envs.close()
+
+    verified = [r for r in table if r["measured"] is not None]
+    best = max(verified, key=lambda r: r["measured"]) if verified else table[0]
+    return TuneResult(
+        mode=best["mode"],
+        kwargs=dict(best["kwargs"]),
+        batch_size=best["batch_size"],
+        predicted_steps_per_s=best["predicted"],
+        measured_steps_per_s=best["measured"],
+        table=table,
+        measurements=summary,
+        seconds=budget.elapsed(),
+    )
+
+
+def _same_workers(layout: Layout, built: Layout) -> bool:
+    """Whether a vector env built for ``built`` runs ``layout`` as is."""
+    if layout.mode == "decoupled":
+        return built.envs_per_worker == 1  # stages do not matter to send/recv
+    return (layout.num_stages, layout.envs_per_worker) == (built.num_stages, built.envs_per_worker)
+
+
+def _kwargs(layout: Layout, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs = {"num_stages": layout.num_stages, "envs_per_worker": layout.envs_per_worker}
+    if "worker_nice" in inspect.signature(PipelinedVectorEnv).parameters:
+        kwargs["worker_nice"] = env_kwargs.get("worker_nice", 0)
+    return {**kwargs, **{k: v for k, v in env_kwargs.items() if k != "worker_nice"}}
