@@ -9,6 +9,8 @@
   executed, after a random sleep, to prove routing under varying latencies.
 - [`BusyEnv`][pipelined_vec_env.debug_envs.BusyEnv]: a CPU-bound env whose step burns a fixed CPU time (calibrated to a
   simulator's step time, e.g. LIBERO's ~10 ms), for pipelining benchmarks.
+- [`LatencyEnv`][pipelined_vec_env.debug_envs.LatencyEnv]: an env whose step sleeps a lognormal time (a long tail of slow
+  steps, off-CPU), for decoupled-mode tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["BusyEnv", "CountingEnv", "EchoEnv", "FaultyEnv", "OddConstructorError", "UnpicklableError"]
+__all__ = [
+    "BusyEnv",
+    "CountingEnv",
+    "EchoEnv",
+    "FaultyEnv",
+    "LatencyEnv",
+    "OddConstructorError",
+    "UnpicklableError",
+]
 
 
 def _counting_space(kind: str) -> spaces.Space:
@@ -251,3 +261,49 @@ class BusyEnv(gym.Env):
         self.state = 0.9 * self.state + 0.1 * np.resize(action, self.state.shape)
         reward = -float(np.sum(action**2))
         return self.state.copy(), reward, False, self.t >= self.episode_length, {}
+
+
+class LatencyEnv(gym.Env):
+    """An env whose step sleeps a lognormal time: median ``median_seconds``, shape
+    ``sigma`` (the 99th percentile is ``exp(2.326 * sigma)`` times the median: 10x at
+    0.99), drawn from a generator seeded with ``latency_seed``. Sleeping keeps the core
+    free, as a remote simulator or an accelerator would. Observation float32
+    ``(obs_dim,)``, action Box ``(action_dim,)`` in [-1, 1], reward 0; episodes truncate
+    after ``episode_length`` steps.
+
+    Args:
+        median_seconds: Median step time (seconds).
+        sigma: Lognormal shape (0: every step takes the median).
+        latency_seed: Seed of the step times.
+        obs_dim: Observation size.
+        action_dim: Action size.
+        episode_length: Steps per episode.
+    """
+
+    def __init__(
+        self,
+        median_seconds: float = 0.005,
+        sigma: float = 0.99,
+        latency_seed: int = 0,
+        obs_dim: int = 8,
+        action_dim: int = 2,
+        episode_length: int = 1000,
+    ) -> None:
+        self.median_seconds = median_seconds
+        self.sigma = sigma
+        self.episode_length = episode_length
+        self.rng = np.random.default_rng(latency_seed)
+        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(obs_dim,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(action_dim,), dtype=np.float32)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(self.observation_space.shape, dtype=np.float32), {}
+
+    def step(self, action: Any):
+        time.sleep(self.median_seconds * float(np.exp(self.sigma * self.rng.standard_normal())))
+        self.t += 1
+        obs = np.full(self.observation_space.shape, self.t, dtype=np.float32)
+        return obs, 0.0, False, self.t >= self.episode_length, {}

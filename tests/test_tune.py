@@ -1,0 +1,192 @@
+"""`tune()` on tiny debug envs through the public API, and its model on fixed costs.
+
+No speed is asserted: the one choice tested (decoupled mode for steps with a huge
+lognormal tail) wins by a wide margin on any machine, because the envs sleep.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+
+from pipelined_vec_env import PipelinedVectorEnv, TuneResult, tune
+from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv, LatencyEnv
+from pipelined_vec_env.layout_model import Costs, Layout, overlap_bound, simulate
+from pipelined_vec_env.tune import measure_layout
+
+
+def _zeros(obs: np.ndarray, action_dim: int = 2) -> np.ndarray:
+    return np.zeros((len(obs), action_dim), dtype=np.float32)
+
+
+def _busy_fns(n: int) -> list:
+    return [functools.partial(BusyEnv, step_seconds=0.0005, obs_dim=4, action_dim=2)] * n
+
+
+@pytest.mark.timeout(120)
+def test_result_structure_and_kwargs_build_a_working_env(make_pipelined):
+    start = time.perf_counter()
+    result = tune(_busy_fns(4), _zeros, max_seconds=20, probe_seconds=0.5, verify_seconds=0.3)
+    elapsed = time.perf_counter() - start
+
+    assert isinstance(result, TuneResult)
+    assert elapsed < 20 + 15 and result.seconds <= elapsed  # generous: closing workers
+    assert result.mode in ("staged", "decoupled")
+    assert (result.batch_size is None) == (result.mode == "staged")
+    assert result.predicted_steps_per_s > 0
+    assert result.measured_steps_per_s is not None and result.measured_steps_per_s > 0
+    # the table: every candidate once, best predicted first, the verified ones measured
+    names = [row["name"] for row in result.table]
+    assert len(names) == len(set(names))
+    assert {"staged 1x1", "staged 1x4", "staged 2x1", "staged 2x2", "staged 4x1"} <= set(names)
+    assert {"decoupled b=1", "decoupled b=2", "decoupled b=4"} <= set(names)
+    predicted = [row["predicted"] for row in result.table]
+    assert predicted == sorted(predicted, reverse=True)
+    measured = [row for row in result.table if row["measured"] is not None]
+    assert 2 <= len(measured) <= 3
+    assert result.measured_steps_per_s == max(row["measured"] for row in measured)
+    for row in result.table:
+        assert set(row) == {"name", "mode", "kwargs", "batch_size", "predicted", "measured"}
+        assert {"num_stages", "envs_per_worker"} <= set(row["kwargs"])
+    assert result.measurements["step_ms"]["samples"] > 0
+    assert set(result.measurements["policy_ms"]) >= {1, 2, 4}
+    assert "decoupled" in result.format_table() and "*" in result.format_table()
+
+    envs = make_pipelined(_busy_fns(4), **result.kwargs)
+    stats = measure_layout(envs, _zeros, batch_size=result.batch_size, env_steps=16)
+    assert stats["steps"] >= 16 and stats["steps_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_max_seconds_bounds_the_call_even_when_runs_do_not_fit():
+    start = time.perf_counter()
+    result = tune(_busy_fns(2), _zeros, max_seconds=2.0, verify_seconds=5.0)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 2.0 + 10  # generous: worker start-up and close on a loaded machine
+    assert result.table and result.predicted_steps_per_s > 0
+    assert not mp.active_children()
+
+
+@pytest.mark.timeout(180)
+def test_long_tailed_sleeping_steps_choose_decoupled_mode():
+    # median 2 ms, sigma 1.6: p99 ~40x the median; a round of 8 envs waits for the slowest
+    fns = [
+        functools.partial(LatencyEnv, median_seconds=0.002, sigma=1.6, latency_seed=i)
+        for i in range(8)
+    ]
+    result = tune(fns, _zeros, max_seconds=40, verify_seconds=0.8)
+    assert result.mode == "decoupled", result.format_table()
+    best_staged = max(r["predicted"] for r in result.table if r["mode"] == "staged")
+    assert result.predicted_steps_per_s > 1.3 * best_staged, result.format_table()
+
+
+def test_staged_only_search_returns_staged_kwargs():
+    result = tune(
+        [functools.partial(CountingEnv, episode_length=1000)] * 2,
+        lambda obs: np.zeros(len(obs), dtype=np.int64),
+        modes=("staged",),
+        num_stages=(1, 2),
+        verify_top=1,
+        max_seconds=20,
+        probe_seconds=0.3,
+        verify_seconds=0.2,
+    )
+    assert result.mode == "staged" and result.batch_size is None
+    assert {row["mode"] for row in result.table} == {"staged"}
+    assert [r["measured"] is not None for r in result.table].count(True) == 1
+    assert result.kwargs["num_stages"] in (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_seconds": 0}, "max_seconds"),
+        ({"max_seconds": float("inf")}, "max_seconds"),
+        ({"env_fns": []}, "env_fns"),
+        ({"env_fns": [1, 2]}, "env_fns"),
+        ({"policy": None}, "policy"),
+        ({"modes": ("fast",)}, "modes"),
+        ({"num_stages": (0, 2)}, "num_stages"),
+        ({"num_stages": (5,)}, "num_stages"),
+        ({"envs_per_worker": (0,)}, "envs_per_worker"),
+        ({"batch_sizes": (8,)}, "batch_sizes"),
+        ({"verify_top": -1}, "verify_top"),
+        ({"probe_seconds": -1.0}, "probe_seconds"),
+        ({"cores": 0}, "cores"),
+        ({"env_kwargs": {"num_stages": 2}}, "env_kwargs"),
+        ({"env_kwargs": {"bogus": 1}}, "env_kwargs"),
+        ({"env_kwargs": {"backend": "ray"}}, "env_kwargs"),
+    ],
+)
+def test_bad_arguments_raise_before_any_worker_starts(kwargs, match):
+    def never(*_):
+        raise AssertionError("no env may be built for a bad argument")
+
+    arguments = {"env_fns": [never] * 4, "policy": _zeros, **kwargs}
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=match):
+        tune(arguments.pop("env_fns"), arguments.pop("policy"), **arguments)
+    assert time.perf_counter() - start < 5 and not mp.active_children()
+
+
+@pytest.mark.timeout(60)
+def test_a_policy_returning_the_wrong_batch_is_named():
+    with pytest.raises(ValueError, match="policy: expected a batch of"):
+        tune(_busy_fns(2), lambda obs: np.zeros((1, 2), np.float32), max_seconds=20)
+    assert not mp.active_children()
+
+
+def test_measure_layout_needs_one_stop_rule(make_pipelined):
+    envs = make_pipelined(_busy_fns(2))
+    with pytest.raises(ValueError, match="exactly one of env_steps and seconds"):
+        measure_layout(envs, _zeros)
+    with pytest.raises(ValueError, match="batch_size"):
+        measure_layout(envs, _zeros, batch_size=3, env_steps=4)
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+def _fixed_costs(n: int, step: float, per_obs: float, cores: int) -> Costs:
+    sizes = np.arange(1, n + 1)
+    return Costs(
+        step_wall=[np.array([step])] * n,
+        step_cpu_fraction=np.ones(n),
+        message_latency=0.0,
+        message_cpu=0.0,
+        policy_batch_sizes=sizes,
+        policy_wall=per_obs * sizes,
+        policy_cpu=np.zeros(n),
+        cores=cores,
+    )
+
+
+@pytest.mark.parametrize(("num_envs", "stages"), [(4, 1), (4, 2), (4, 4), (8, 2), (8, 4)])
+def test_model_reproduces_the_overlap_bound_for_fixed_costs(num_envs, stages):
+    # issue 14's workload: a 4 ms CPU-bound step, a 2 ms-per-observation off-CPU policy, 2 cores
+    costs = _fixed_costs(num_envs, 0.004, 0.002, cores=2)
+    layout = Layout("staged", stages, num_envs // stages)  # one worker per stage
+    predicted = simulate(layout, costs)
+    assert predicted == pytest.approx(overlap_bound(num_envs, stages, 0.004, 0.002, 2), rel=0.01)
+
+
+def test_model_prefers_decoupled_mode_for_a_long_tail():
+    rng = np.random.default_rng(0)
+    tail = [0.005 * np.exp(0.99 * rng.standard_normal(500)) for _ in range(8)]
+    costs = Costs(
+        step_wall=tail,
+        step_cpu_fraction=np.zeros(8),
+        message_latency=0.0,
+        message_cpu=0.0,
+        policy_batch_sizes=np.array([1, 8]),
+        policy_wall=np.array([0.0035, 0.007]),
+        policy_cpu=np.zeros(2),
+        cores=2,
+    )
+    sync = simulate(Layout("staged", 1, 1), costs)
+    decoupled = simulate(Layout("decoupled", batch_size=4), costs)
+    assert decoupled > 1.3 * sync
