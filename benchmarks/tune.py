@@ -1,0 +1,314 @@
+"""`tune()` against a grid of measured layouts, on three workloads, 8 envs each.
+
+Workloads:
+
+- ``halfcheetah``: gymnasium's HalfCheetah-v5 (light physics, tens of microseconds a step)
+  with a tiny numpy MLP policy (17 -> 32 -> 6).
+- ``busy``: a CPU-bound env of 4 ms a step (`BusyEnv`) with an off-CPU policy that sleeps
+  2 ms per observation, as a GPU would (issue 14's overlap workload).
+- ``lognormal``: an env whose step sleeps a lognormal time (`LatencyEnv`, median 5 ms,
+  p99 ~10x the median) with an off-CPU policy of 3 ms + 0.5 ms per observation.
+
+The grid: staged ``num_stages`` in {1, 2, 4} x ``envs_per_worker`` in {1, 8 / num_stages},
+and decoupled ``recv`` batch sizes {1, 2, 4, 8}; each point builds its vector env and runs
+`pipelined_vec_env.tune.measure_layout` (the loop `tune` models) for the same number of env
+steps (``point_seconds`` times the rate `tune` measured, so one number for every point of a
+workload). `tune` runs first, with its own time; its chosen layout's rate is the grid's
+measurement of the same layout (or a run of the same length if the grid lacks it).
+
+Targets: the tuned layout reaches >= 0.9 of the grid's best, and `tune` takes <= 1/5 of the
+grid's wall time (vector env start-ups included on both sides).
+
+Run::
+
+    python benchmarks/tune.py                  # default, about 3 minutes
+    python benchmarks/tune.py --quick          # seconds; a smoke run, targets meaningless
+    python benchmarks/tune.py --workloads busy lognormal --point-seconds 3
+
+Results go to ``benchmarks/results/tune.json`` (and ``tune.md``, the table) with the
+machine's description and load.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import cloudpickle
+import numpy as np
+import tyro
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_model, package_versions  # noqa: E402
+
+from pipelined_vec_env import PipelinedVectorEnv, tune  # noqa: E402
+from pipelined_vec_env.debug_envs import BusyEnv, LatencyEnv  # noqa: E402
+from pipelined_vec_env.tune import measure_layout  # noqa: E402
+
+__all__ = ["Args", "main"]
+
+# loaded by path (tests): workers cannot import this module by name
+if __name__ != "__main__":
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+RESULTS = Path(__file__).resolve().parent / "results"
+Workload = Literal["halfcheetah", "busy", "lognormal"]
+
+
+@dataclass
+class Args:
+    """tune() vs a measured grid of layouts."""
+
+    workloads: tuple[Workload, ...] = ("halfcheetah", "busy", "lognormal")
+    """Workloads to run."""
+    num_envs: int = 8
+    """Envs per vector env."""
+    point_seconds: float = 2.0
+    """Length of each grid point, as env steps: this many seconds at tune's measured rate."""
+    max_seconds: float = 60.0
+    """tune()'s max_seconds."""
+    quick: bool = False
+    """Tiny numbers for a smoke test (targets are not meaningful)."""
+    output: Path = RESULTS / "tune.json"
+    """JSON output path (a Markdown table goes beside it)."""
+
+
+def _mlp_policy(obs_dim: int, action_dim: int) -> Any:
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((obs_dim, 32)).astype(np.float32) / np.sqrt(obs_dim)
+    w2 = rng.standard_normal((32, action_dim)).astype(np.float32) / np.sqrt(32)
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        return np.tanh(np.tanh(np.asarray(obs, dtype=np.float32) @ w1) @ w2)
+
+    return policy
+
+
+def _sleep_policy(fixed_s: float, per_obs_s: float, action_dim: int) -> Any:
+    def policy(obs: np.ndarray) -> np.ndarray:
+        time.sleep(fixed_s + per_obs_s * len(obs))
+        return np.zeros((len(obs), action_dim), dtype=np.float32)
+
+    return policy
+
+
+def _make_halfcheetah() -> Any:
+    import gymnasium as gym
+
+    return gym.make("HalfCheetah-v5")
+
+
+def workload(name: str, num_envs: int) -> tuple[list, Any, str]:
+    """Env fns, policy and a description of one workload."""
+    if name == "halfcheetah":
+        return (
+            [_make_halfcheetah] * num_envs,
+            _mlp_policy(17, 6),
+            "HalfCheetah-v5, numpy MLP 17-32-6 policy",
+        )
+    if name == "busy":
+        fn = functools.partial(BusyEnv, step_seconds=0.004, obs_dim=16, action_dim=6)
+        return (
+            [fn] * num_envs,
+            _sleep_policy(0.0, 0.002, 6),
+            "BusyEnv 4 ms CPU, policy sleeps 2 ms/obs",
+        )
+    if name == "lognormal":
+        fns = [
+            functools.partial(LatencyEnv, median_seconds=0.005, sigma=0.99, latency_seed=i)
+            for i in range(num_envs)
+        ]
+        return (
+            fns,
+            _sleep_policy(0.003, 0.0005, 2),
+            "LatencyEnv median 5 ms p99 ~10x, policy sleeps 3 + 0.5 ms/obs",
+        )
+    raise ValueError(f"workload: expected halfcheetah, busy or lognormal, got {name!r}")
+
+
+def grid(num_envs: int) -> list[dict[str, Any]]:
+    """The grid's layouts: staged stages x envs per worker, then decoupled batch sizes."""
+    points = []
+    for stages in (1, 2, 4):
+        for per_worker in sorted({1, num_envs // stages}):
+            points.append(
+                {
+                    "mode": "staged",
+                    "num_stages": stages,
+                    "envs_per_worker": per_worker,
+                    "batch_size": None,
+                }
+            )
+    for batch in (1, 2, 4, 8):
+        if batch <= num_envs:
+            points.append(
+                {"mode": "decoupled", "num_stages": 1, "envs_per_worker": 1, "batch_size": batch}
+            )
+    return points
+
+
+def _name(point: dict[str, Any]) -> str:
+    if point["mode"] == "staged":
+        return f"staged {point['num_stages']}x{point['envs_per_worker']}"
+    return f"decoupled b={point['batch_size']}"
+
+
+def _run_point(fns: list, policy: Any, point: dict[str, Any], env_steps: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    envs = PipelinedVectorEnv(
+        fns, num_stages=point["num_stages"], envs_per_worker=point["envs_per_worker"]
+    )
+    try:
+        stats = measure_layout(envs, policy, batch_size=point["batch_size"], env_steps=env_steps)
+    finally:
+        envs.close()
+    return {**point, "name": _name(point), **stats, "wall_s": time.perf_counter() - start}
+
+
+def run_workload(name: str, args: Args) -> dict[str, Any]:
+    """Tune, then measure the grid, for one workload."""
+    fns, policy, description = workload(name, args.num_envs)
+    tune_kwargs: dict[str, Any] = {"max_seconds": args.max_seconds}
+    if args.quick:
+        tune_kwargs.update(max_seconds=10.0, probe_seconds=0.2, verify_seconds=0.1, verify_top=1)
+    result = tune(fns, policy, **tune_kwargs)
+    rate = result.measured_steps_per_s or result.predicted_steps_per_s
+    env_steps = max(
+        args.num_envs * 4, int(rate * args.point_seconds) // args.num_envs * args.num_envs
+    )
+    print(f"\n== {name}: {description}; tune {result.seconds:.1f} s -> {_name_of(result)}")
+    print(result.format_table())
+
+    grid_start = time.perf_counter()
+    rows = [_run_point(fns, policy, point, env_steps) for point in grid(args.num_envs)]
+    grid_s = time.perf_counter() - grid_start
+    chosen = {
+        "mode": result.mode,
+        "num_stages": result.kwargs["num_stages"],
+        "envs_per_worker": result.kwargs["envs_per_worker"],
+        "batch_size": result.batch_size,
+    }
+    same = [r for r in rows if all(r[k] == v for k, v in chosen.items())]
+    tuned = same[0] if same else _run_point(fns, policy, chosen, env_steps)
+    best = max(rows, key=lambda r: r["steps_per_s"])
+    ratio = tuned["steps_per_s"] / best["steps_per_s"]
+    time_ratio = result.seconds / grid_s
+    predicted = {row["name"]: row["predicted"] for row in result.table}
+    for r in rows:
+        r["predicted"] = predicted.get(r["name"])
+    return {
+        "workload": name,
+        "description": description,
+        "env_steps_per_point": env_steps,
+        "tune": {
+            "seconds": result.seconds,
+            "mode": result.mode,
+            "kwargs": result.kwargs,
+            "batch_size": result.batch_size,
+            "name": _name_of(result),
+            "predicted_steps_per_s": result.predicted_steps_per_s,
+            "verified_steps_per_s": result.measured_steps_per_s,
+            "measurements": result.measurements,
+            "table": result.table,
+            "arguments": tune_kwargs,
+        },
+        "grid": rows,
+        "grid_seconds": grid_s,
+        "tuned": {
+            "name": tuned["name"],
+            "steps_per_s": tuned["steps_per_s"],
+            "in_grid": bool(same),
+        },
+        "best": {"name": best["name"], "steps_per_s": best["steps_per_s"]},
+        "targets": {
+            "tuned_vs_best": ratio,
+            "tuned_vs_best_met": ratio >= 0.9,
+            "tune_vs_grid_time": time_ratio,
+            "tune_vs_grid_time_met": time_ratio <= 0.2,
+        },
+    }
+
+
+def _name_of(result: Any) -> str:
+    return _name({"mode": result.mode, **result.kwargs, "batch_size": result.batch_size})
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"Machine: {report['machine']['cpu']}, {report['machine']['usable_cores']} usable cores, "
+        f"load average {report['machine']['load_avg_start']} at start "
+        f"(shared with other jobs: absolute numbers vary, ratios within a run hold).",
+        "",
+    ]
+    for w in report["workloads"]:
+        t = w["targets"]
+        lines += [
+            f"**{w['workload']}** ({w['description']}), {w['env_steps_per_point']} env steps per point",
+            "",
+            "| layout | predicted steps/s | measured steps/s | vs best |",
+            "|---|---:|---:|---:|",
+        ]
+        best = w["best"]["steps_per_s"]
+        for r in w["grid"]:
+            mark = " (tuned)" if r["name"] == w["tuned"]["name"] else ""
+            pred = "-" if r["predicted"] is None else f"{r['predicted']:.0f}"
+            lines.append(
+                f"| {r['name']}{mark} | {pred} | {r['steps_per_s']:.0f} | {r['steps_per_s'] / best:.2f} |"
+            )
+        lines += [
+            "",
+            f"tune: {w['tune']['seconds']:.1f} s, chose {w['tune']['name']}; grid: {w['grid_seconds']:.1f} s. "
+            f"Tuned / best = {t['tuned_vs_best']:.2f} (target >= 0.9: "
+            f"{'met' if t['tuned_vs_best_met'] else 'NOT met'}); tune / grid time = "
+            f"{t['tune_vs_grid_time']:.2f} (target <= 0.2: {'met' if t['tune_vs_grid_time_met'] else 'NOT met'}).",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark; write JSON and Markdown; return the report."""
+    args = tyro.cli(Args, args=argv)
+    if args.quick:
+        args.point_seconds = min(args.point_seconds, 0.1)
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    workloads = []
+    for name in args.workloads:
+        if name == "halfcheetah":
+            try:
+                import mujoco  # noqa: F401
+            except ImportError:
+                print("skipping halfcheetah: mujoco is not installed")
+                continue
+        workloads.append(run_workload(name, args))
+    report = {
+        "machine": {
+            "cpu": cpu_model(),
+            "usable_cores": len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_start": load_start,
+            "load_avg_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "packages": package_versions(["gymnasium", "mujoco", "numpy"]),
+        },
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "workloads": workloads,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    markdown = _markdown(report)
+    args.output.with_suffix(".md").write_text(markdown + "\n")
+    print("\n" + markdown)
+    return report
+
+
+if __name__ == "__main__":
+    main()
