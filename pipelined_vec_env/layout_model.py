@@ -66,13 +66,15 @@ class Costs:
     """What the model needs, measured (see `pipelined_vec_env.tune.tune`). Seconds.
 
     Attributes:
-        step_wall: Per env, samples of one step's wall time in its worker (float64
-            ``(n_i,)``), message latency excluded.
-        step_cpu_fraction: Per env, the fraction of its step time spent on a CPU (float64
-            ``(N,)``, in ``[0, 1]``); the rest is off-CPU (sleep, I/O, an accelerator).
+        step_cpu: Per env, samples of one step's CPU time in its worker (float64
+            ``(n_i,)``).
+        step_sleep: Per env, the same steps' off-CPU time (sleep, I/O, an accelerator;
+            waiting for a core excluded), paired with ``step_cpu`` (float64 ``(n_i,)``).
         message_latency: Off-CPU time of one command round trip to a worker (wake-ups).
         message_cpu: Caller CPU per worker message sent and received; a policy call costs
             one more (the loop's fixed overhead).
+        worker_message_cpu: A worker's CPU per command beyond its envs' steps (reading
+            actions, writing results).
         policy_batch_sizes: Batch sizes the policy was timed at (int, ascending).
         policy_wall: Wall time of one policy call at each of those sizes.
         policy_cpu: Caller CPU time of one policy call at each size (<= wall).
@@ -81,8 +83,8 @@ class Costs:
             busy tasks sharing them with ours (0 on an idle machine).
     """
 
-    step_wall: Sequence[np.ndarray]
-    step_cpu_fraction: np.ndarray
+    step_cpu: Sequence[np.ndarray]
+    step_sleep: Sequence[np.ndarray]
     message_latency: float
     message_cpu: float
     policy_batch_sizes: np.ndarray
@@ -90,11 +92,12 @@ class Costs:
     policy_cpu: np.ndarray
     cores: int
     background_load: float = 0.0
+    worker_message_cpu: float = 0.0
 
     @property
     def num_envs(self) -> int:
         """``N``."""
-        return len(self.step_wall)
+        return len(self.step_cpu)
 
     def policy(self, batch: int) -> tuple[float, float]:
         """``(wall, cpu)`` seconds of one policy call on ``batch`` observations: linear
@@ -200,9 +203,8 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
     latency = max(0.0, costs.message_latency)
 
     def step_segments(env: int) -> list[tuple[str, float]]:
-        wall = float(rng.choice(costs.step_wall[env]))
-        f = float(costs.step_cpu_fraction[env])
-        return [("cpu", f * wall), ("off", (1.0 - f) * wall)]
+        j = int(rng.integers(len(costs.step_cpu[env])))
+        return [("cpu", float(costs.step_cpu[env][j])), ("off", float(costs.step_sleep[env][j]))]
 
     def policy_segments(batch: int, messages: int) -> list[tuple[str, float]]:
         wall, cpu = costs.policy(batch)
@@ -220,7 +222,7 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
         def launch(s: int) -> None:
             pending[s] = len(stages[s])
             for worker in stages[s]:
-                segments = [("off", latency)]
+                segments = [("off", latency), ("cpu", costs.worker_message_cpu)]
                 for env in worker:
                     segments += step_segments(env)
                 machine.start(segments, lambda s=s: worker_done(s))
@@ -256,7 +258,8 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
         ready: list[int] = []
 
         def launch_env(env: int) -> None:
-            machine.start([("off", latency), *step_segments(env)], lambda: env_done(env))
+            segments = [("off", latency), ("cpu", costs.worker_message_cpu), *step_segments(env)]
+            machine.start(segments, lambda: env_done(env))
 
         def env_done(env: int) -> None:
             ready.append(env)

@@ -213,46 +213,29 @@ def _time_policy(
     return np.array(walls), np.array(cpus)
 
 
-def _probe_steps(
-    envs: PipelinedVectorEnv, in_flight: int, max_steps: int, seconds: float, seed: int
-) -> tuple[list[np.ndarray], float]:
-    """Step every env with random actions through ``send``/``recv``, at most ``in_flight``
-    at a time (so the envs do not compete for cores), for ``max_steps`` steps each or until
-    ``seconds`` pass. Returns per-env turnaround samples (send to result, seconds) and the
-    wall time it took."""
-    n = envs.num_envs
-    space = envs.single_action_space
-    envs.action_space.seed(seed)
-    pool = envs.action_space.sample()  # one random action per env
-    turnaround: list[list[float]] = [[] for _ in range(n)]
-    sent_at = np.zeros(n)
-    envs.async_reset(seed=seed)
-    envs.recv(n, timeout=max(seconds, 1.0) * 10)
-    waiting = list(range(n))  # received, not sent
-    flying = 0
-    start = time.perf_counter()
-    deadline = start + seconds
+def _timed_steps(env: Env, max_steps: int, seconds: float, seed: int) -> np.ndarray:
+    """Called in a worker: step its env with random actions (resetting at episode ends, as
+    an autoreset would) for ``max_steps`` steps or ``seconds``, whichever comes first.
 
-    def send(env: int) -> None:
-        nonlocal flying
-        envs.send(batch_slice(space, pool, slice(env, env + 1)), [env])
-        sent_at[env] = time.perf_counter()
-        flying += 1
-
-    while True:
-        while waiting and flying < in_flight and time.perf_counter() < deadline:
-            env = waiting.pop(0)
-            if len(turnaround[env]) < max_steps:
-                send(env)
-        if flying == 0:
-            break
-        _, _, _, _, infos = envs.recv(1, timeout=max(1.0, 10 * seconds))
-        now = time.perf_counter()
-        for env in infos["env_id"]:
-            turnaround[int(env)].append(now - sent_at[int(env)])
-            flying -= 1
-            waiting.append(int(env))
-    return [np.array(t) for t in turnaround], time.perf_counter() - start
+    Returns:
+        float64 ``(steps, 3)``: each step's CPU time, time runnable but waiting for a core,
+        and wall time (seconds).
+    """
+    env.action_space.seed(seed)
+    rows = []
+    end = time.perf_counter() + seconds
+    wait = _worker_cpu(env)[1]
+    while len(rows) < max_steps and (len(rows) < 2 or time.perf_counter() < end):
+        action = env.action_space.sample()
+        t0, c0 = time.perf_counter(), time.process_time()
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+        c1, t1 = time.process_time(), time.perf_counter()
+        waited = _worker_cpu(env)[1]
+        rows.append((c1 - c0, waited - wait, t1 - t0))
+        wait = waited
+    return np.array(rows, dtype=np.float64).reshape(-1, 3)
 
 
 def _measure(
@@ -263,10 +246,11 @@ def _measure(
     probe_steps: int,
     probe_seconds: float,
     seed: int,
+    timeout: float,
 ) -> tuple[Costs, dict[str, Any]]:
     n = envs.num_envs
     obs, _ = envs.reset(seed=seed)
-    # one command round trip to one worker (wall), and the caller's CPU per message
+    # one command round trip to one worker (wall)
     for _ in range(3):
         envs.call_at([0], _noop)
     trips = []
@@ -275,73 +259,72 @@ def _measure(
         envs.call_at([0], _noop)
         trips.append(time.perf_counter() - t0)
     latency = float(np.median(trips))
+    # whole step() rounds: the caller's CPU per message, the workers' CPU per env step
     envs.action_space.seed(seed)
     actions = envs.action_space.sample()
     envs.step(actions)
+    before = np.array(envs.call(_worker_cpu))
     c0, rounds = time.process_time(), 0
     t_end = time.perf_counter() + min(0.3, probe_seconds / 4)
     while rounds < 3 or (rounds < 200 and time.perf_counter() < t_end):
         envs.step(actions)
         rounds += 1
     message_cpu = (time.process_time() - c0) / rounds / (n + 1)
-
+    in_rounds = (np.array(envs.call(_worker_cpu)) - before)[:, 0] / rounds
+    # each env's steps, timed inside its worker (all at once, as the loops run them)
+    envs.call_async(_timed_steps, probe_steps, probe_seconds, seed)
+    timed = envs.call_wait(timeout=timeout)
     envs.reset(seed=seed)
-    cpu_before = np.array(envs.call(_worker_cpu))
-    turnaround, _ = _probe_steps(envs, min(cores, n), probe_steps, probe_seconds, seed)
-    envs.reset(seed=seed)
-    cpu_after = np.array(envs.call(_worker_cpu))
-    envs.reset(seed=seed)
-    cpu_reset = np.array(envs.call(_worker_cpu)) - cpu_after  # one reset and one call
-    used = np.maximum(cpu_after - cpu_before - 2 * cpu_reset, 0.0)  # (N, 2): cpu, wait
-    steps = np.array([max(1, len(t)) for t in turnaround])
-    cpu_per_step, wait_per_step = used[:, 0] / steps, used[:, 1] / steps
-
-    off_latency = max(0.0, latency - 2 * message_cpu)
-    turnaround = [t if len(t) else np.array([latency]) for t in turnaround]
-    measured = [np.maximum(t - latency, 1e-7) for t in turnaround]
-    mean_wall = np.array([w.mean() for w in measured])
-    # a step's wall time = its CPU work + waiting for a core (other processes) + sleeping;
-    # the model replays work and sleep, and the waiting through its shared cores
-    runnable = np.clip((cpu_per_step + wait_per_step) / mean_wall, 0.0, 1.0)
-    fraction = np.clip(cpu_per_step / mean_wall, 0.0, 1.0)
-    keep = np.clip(1.0 - runnable + fraction, 1e-3, 1.0)  # work + sleep, of the wall time
-    step_wall = [w * k for w, k in zip(measured, keep, strict=True)]
-    fraction = np.clip(fraction / keep, 0.0, 1.0)
-    # other processes' load, as busy tasks sharing the cores: the probe ran k envs at once,
-    # each on a core a share `got` of the time it was runnable; equal sharing gives
-    # got = cores / (k_runnable + load)
-    cpu_total, wait_total = float(used[:, 0].sum()), float(used[:, 1].sum())
+    step_cpu = [np.maximum(t[:, 0], 0.0) for t in timed]
+    step_wait = [np.maximum(t[:, 1], 0.0) for t in timed]
+    step_wall = [t[:, 2] for t in timed]
+    step_sleep = [
+        np.maximum(w - c - q, 0.0) for w, c, q in zip(step_wall, step_cpu, step_wait, strict=True)
+    ]
+    worker_message_cpu = max(0.0, float(np.mean(in_rounds - [c.mean() for c in step_cpu])))
+    # other processes' load, as always-busy tasks sharing the cores: during the probe our
+    # k runnable envs each ran a share `got` of the time they were runnable; equal sharing
+    # gives got = cores / (k + load)
+    cpu_total = float(sum(c.sum() for c in step_cpu))
+    wait_total = float(sum(q.sum() for q in step_wait))
+    wall_total = float(sum(w.sum() for w in step_wall))
     got = cpu_total / (cpu_total + wait_total) if cpu_total + wait_total > 0 else 1.0
-    k_runnable = min(cores, n) * float(runnable.mean())
+    k_runnable = n * (cpu_total + wait_total) / max(wall_total, 1e-9)
     background = max(0.0, cores / max(got, 1e-3) - k_runnable) if got < 0.95 else 0.0
+
     policy_wall, policy_cpu = _time_policy(policy, envs, obs, sizes, min(1.0, probe_seconds / 2))
     costs = Costs(
-        step_wall=step_wall,
-        step_cpu_fraction=fraction,
-        message_latency=off_latency,
+        step_cpu=step_cpu,
+        step_sleep=step_sleep,
+        message_latency=max(0.0, latency - 2 * message_cpu),
         message_cpu=message_cpu,
         policy_batch_sizes=np.array(sizes),
         policy_wall=policy_wall,
         policy_cpu=policy_cpu,
         cores=cores,
         background_load=background,
+        worker_message_cpu=worker_message_cpu,
     )
-    pooled = np.concatenate(measured) * 1e3
+    work = np.concatenate([c + z for c, z in zip(step_cpu, step_sleep, strict=True)]) * 1e3
+    wall = np.concatenate(step_wall) * 1e3
+
+    def stats(x: np.ndarray) -> dict[str, float]:
+        return {
+            "median": float(np.median(x)),
+            "p90": float(np.percentile(x, 90)),
+            "p99": float(np.percentile(x, 99)),
+            "mean": float(x.mean()),
+        }
+
     summary = {
-        "step_ms": {
-            "median": float(np.median(pooled)),
-            "p90": float(np.percentile(pooled, 90)),
-            "p99": float(np.percentile(pooled, 99)),
-            "mean": float(pooled.mean()),
-            "samples": int(pooled.size),
-        },
-        "cpu_fraction": float(fraction.mean()),
-        "runqueue_wait_fraction": float(
-            (runnable - np.clip(cpu_per_step / mean_wall, 0, 1)).mean()
-        ),
+        "step_ms": {**stats(wall), "samples": int(wall.size)},
+        "step_work_ms": stats(work),
+        "cpu_fraction": cpu_total / max(float(work.sum()) * 1e-3, 1e-12),
+        "core_share": got,
         "background_load": background,
         "message_latency_us": latency * 1e6,
         "message_cpu_us": message_cpu * 1e6,
+        "worker_message_cpu_us": worker_message_cpu * 1e6,
         "policy_ms": {int(b): float(w * 1e3) for b, w in zip(sizes, policy_wall, strict=True)},
         "policy_cpu_ms": {int(b): float(c * 1e3) for b, c in zip(sizes, policy_cpu, strict=True)},
         "cores": cores,
@@ -565,7 +548,9 @@ def tune(
     start_cost = time.perf_counter() - started
     share = min(probe_seconds, max(0.05, 0.2 * budget.left()))
     try:
-        costs, summary = _measure(envs, policy, policy_sizes, cores, probe_steps, share, seed)
+        costs, summary = _measure(
+            envs, policy, policy_sizes, cores, probe_steps, share, seed, max(1.0, budget.left())
+        )
         # phase 2: predict
         ranked = rank(layouts, costs, seed=seed)
         table = [

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from pipelined_vec_env import PipelinedVectorEnv, TuneResult, tune
+from pipelined_vec_env import TuneResult, tune
 from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv, LatencyEnv
 from pipelined_vec_env.layout_model import Costs, Layout, overlap_bound, simulate
 from pipelined_vec_env.tune import measure_layout
@@ -154,8 +154,8 @@ def test_measure_layout_needs_one_stop_rule(make_pipelined):
 def _fixed_costs(n: int, step: float, per_obs: float, cores: int) -> Costs:
     sizes = np.arange(1, n + 1)
     return Costs(
-        step_wall=[np.array([step])] * n,
-        step_cpu_fraction=np.ones(n),
+        step_cpu=[np.array([step])] * n,
+        step_sleep=[np.zeros(1)] * n,
         message_latency=0.0,
         message_cpu=0.0,
         policy_batch_sizes=sizes,
@@ -178,8 +178,8 @@ def test_model_prefers_decoupled_mode_for_a_long_tail():
     rng = np.random.default_rng(0)
     tail = [0.005 * np.exp(0.99 * rng.standard_normal(500)) for _ in range(8)]
     costs = Costs(
-        step_wall=tail,
-        step_cpu_fraction=np.zeros(8),
+        step_cpu=[np.zeros(500)] * 8,
+        step_sleep=tail,
         message_latency=0.0,
         message_cpu=0.0,
         policy_batch_sizes=np.array([1, 8]),
