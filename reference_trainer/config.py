@@ -22,8 +22,12 @@ class TrainConfig:
     """gymnasium id of the env (ignored when a script passes its own env factory)."""
     num_envs: int = 8
     """Number of parallel envs."""
-    num_stages: int = 2
-    """Pipeline stages the envs are split into (contiguous, sizes differ by at most one)."""
+    num_stages: int | Literal["auto"] = 2
+    """Pipeline stages the envs are split into (contiguous, sizes differ by at most one);
+    "auto": measure the envs and the policy with pipelined_vec_env.tune and take its layout
+    (stages, envs per worker, or decoupled mode with one actor; see docs/tune.md)."""
+    tune_seconds: float = 30.0
+    """With --num-stages auto: most seconds tune may take."""
     envs_per_worker: int = 1
     """Envs per subprocess worker."""
     pipelined: bool = True

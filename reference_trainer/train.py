@@ -37,6 +37,7 @@ from reference_trainer.config import TrainConfig
 from reference_trainer.decoupled_rollout import DecoupledRolloutCollector
 from reference_trainer.envs import EnvFactory, GymEnvFactory, make_vector_env, num_env_workers
 from reference_trainer.evaluation import evaluate, record_video
+from reference_trainer.layout import resolve_layout
 from reference_trainer.metrics import summarize_episodes
 from reference_trainer.ppo import PPOHyperparameters, RewardScaler, compute_gae, ppo_update
 from reference_trainer.profile_report import recording, write_profile
@@ -145,12 +146,14 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
     device = resolve_device(config.device)
     resume_from = find_checkpoint(config.resume) if config.resume else None
     init_from = find_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
+    config, auto_layout = resolve_layout(config, factory, device)  # --num-stages auto
     run_dir = _run_dir(config, resume_from)
     workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
     torch.set_num_threads(config.resolved_torch_threads(workers))
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
+    saved = {**dataclasses.asdict(config), **({"auto_layout": auto_layout} if auto_layout else {})}
+    (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
     logger.info("run directory %s, device %s, %d torch threads", run_dir, device, torch.get_num_threads())
 
     decisions_per_iteration = config.num_steps * config.num_envs
