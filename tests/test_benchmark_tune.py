@@ -1,0 +1,50 @@
+"""Smoke test: ``benchmarks/tune.py --quick`` runs end to end and writes the JSON and table
+the docs describe. No speed is asserted: a quick run's numbers mean nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("tyro")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmarks_tune", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # cloudpickle looks the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tune_benchmark_quick(tmp_path: Path) -> None:
+    bench = _load_script()
+    output = tmp_path / "tune.json"
+    report = bench.main(["--quick", "--workloads", "busy", "lognormal", "--output", str(output)])
+
+    saved = json.loads(output.read_text())
+    assert saved["machine"]["usable_cores"] >= 1 and saved["machine"]["load_avg_start"]
+    assert [w["workload"] for w in saved["workloads"]] == ["busy", "lognormal"]
+    for w in saved["workloads"]:
+        names = [row["name"] for row in w["grid"]]
+        assert names == [
+            "staged 1x1", "staged 1x8", "staged 2x1", "staged 2x4", "staged 4x1", "staged 4x2",
+            "decoupled b=1", "decoupled b=2", "decoupled b=4", "decoupled b=8",
+        ]  # fmt: skip
+        assert all(row["steps_per_s"] > 0 for row in w["grid"])
+        assert w["tune"]["seconds"] > 0 and w["grid_seconds"] > 0
+        assert set(w["targets"]) == {
+            "tuned_vs_best", "tuned_vs_best_met", "tune_vs_grid_time", "tune_vs_grid_time_met",
+        }  # fmt: skip
+    assert report["workloads"][0]["targets"] == saved["workloads"][0]["targets"]
+    assert "Tuned / best" in output.with_suffix(".md").read_text()
