@@ -210,10 +210,10 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
             runs.setdefault(run["name"], []).append(run)
     rows = []
     for point in points:
-        name = _name(point)
-        rates = [x["steps_per_s"] for x in runs[name]]
+        label = _name(point)
+        rates = [x["steps_per_s"] for x in runs[label]]
         rows.append(
-            {**point, "name": name, "steps_per_s": float(np.median(rates)), "rounds": rates}
+            {**point, "name": label, "steps_per_s": float(np.median(rates)), "rounds": rates}
         )
     tuned_rates = [x["steps_per_s"] for x in runs[_name(chosen)]]
     tuned = {"name": _name(chosen), "steps_per_s": float(np.median(tuned_rates))}
