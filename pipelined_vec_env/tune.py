@@ -284,12 +284,14 @@ def _measure(
     worker_message_cpu = max(0.0, float(np.mean(in_rounds - [c.mean() for c in step_cpu])))
     # other processes' load, as always-busy tasks sharing the cores: during the probe our
     # k runnable envs each ran a share `got` of the time they were runnable; equal sharing
-    # gives got = cores / (k + load)
-    cpu_total = float(sum(c.sum() for c in step_cpu))
-    wait_total = float(sum(q.sum() for q in step_wait))
+    # gives got = cores / (k + load). Only CPU-dominated steps tell: a mostly sleeping
+    # step's wait is a wake-up latency, not a share of a core.
+    cpu_all, wait_all, sleep_all = (np.concatenate(x) for x in (step_cpu, step_wait, step_sleep))
+    busy = cpu_all >= sleep_all
+    cpu_total, wait_total = float(cpu_all[busy].sum()), float(wait_all[busy].sum())
     wall_total = float(sum(w.sum() for w in step_wall))
-    got = cpu_total / (cpu_total + wait_total) if cpu_total + wait_total > 0 else 1.0
-    k_runnable = n * (cpu_total + wait_total) / max(wall_total, 1e-9)
+    got = cpu_total / (cpu_total + wait_total) if busy.mean() >= 0.1 and cpu_total > 0 else 1.0
+    k_runnable = n * float((cpu_all + wait_all).sum()) / max(wall_total, 1e-9)
     background = max(0.0, cores / max(got, 1e-3) - k_runnable) if got < 0.95 else 0.0
 
     policy_wall, policy_cpu = _time_policy(policy, envs, obs, sizes, min(1.0, probe_seconds / 2))
@@ -319,7 +321,7 @@ def _measure(
     summary = {
         "step_ms": {**stats(wall), "samples": int(wall.size)},
         "step_work_ms": stats(work),
-        "cpu_fraction": cpu_total / max(float(work.sum()) * 1e-3, 1e-12),
+        "cpu_fraction": float(cpu_all.sum()) / max(float(work.sum()) * 1e-3, 1e-12),
         "core_share": got,
         "background_load": background,
         "message_latency_us": latency * 1e6,
