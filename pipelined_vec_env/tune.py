@@ -173,8 +173,11 @@ def _usable_cores() -> int:
 
 def _check_policy_output(actions: Any, n: int, envs: PipelinedVectorEnv) -> None:
     space = envs.single_action_space
+    first = actions
+    while isinstance(first, dict) and first:  # a Dict action batch: its first entry
+        first = next(iter(first.values()))
     try:
-        ok = len(actions) == n  # type: ignore[arg-type]
+        ok = len(first) == n  # type: ignore[arg-type]
     except TypeError:
         ok = False
     if not ok:
