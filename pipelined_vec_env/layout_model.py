@@ -78,7 +78,8 @@ class Costs:
         policy_batch_sizes: Batch sizes the policy was timed at (int, ascending).
         policy_wall: Wall time of one policy call at each of those sizes.
         policy_cpu: Caller CPU time of one policy call at each size (<= wall).
-        cores: Cores the workers and the caller share.
+        cores: Cores the workers and the caller share (may be fractional: a share of the
+            machine).
         background_load: Other processes' demand on those cores, as this many always
             busy tasks sharing them with ours (0 on an idle machine).
     """
@@ -90,7 +91,7 @@ class Costs:
     policy_batch_sizes: np.ndarray
     policy_wall: np.ndarray
     policy_cpu: np.ndarray
-    cores: int
+    cores: float
     background_load: float = 0.0
     worker_message_cpu: float = 0.0
 
@@ -138,7 +139,7 @@ class _Machine:
     segments share ``cores`` equally (at most one core each) with ``background`` always busy
     tasks of other processes; off-CPU segments just wait."""
 
-    def __init__(self, cores: int, background: float = 0.0) -> None:
+    def __init__(self, cores: float, background: float = 0.0) -> None:
         self.cores = cores
         self.background = background
         self.now = 0.0

@@ -165,6 +165,15 @@ def _worker_cpu(env: Env) -> tuple[float, float]:
         return time.process_time(), 0.0
 
 
+def _autogroup() -> bool:
+    """Whether Linux shares CPU time between sessions first (``sched_autogroup_enabled``)."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def _usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -296,6 +305,14 @@ def _measure(
     got = cpu_total / (cpu_total + wait_total) if busy.mean() >= 0.1 and cpu_total > 0 else 1.0
     k_runnable = n * float((cpu_all + wait_all).sum()) / max(wall_total, 1e-9)
     background = max(0.0, cores / max(got, 1e-3) - k_runnable) if got < 0.95 else 0.0
+    effective_cores = float(cores)
+    if background > 0 and _autogroup():
+        # Linux autogroup: CPU is shared between sessions first, so this process and its
+        # workers get one session's share however many tasks they run: fewer cores, no
+        # foreign tasks. The probe's envs ran at once, so their CPU rate is that share.
+        span = float(np.median([w.sum() for w in step_wall]))
+        effective_cores = float(np.clip(cpu_all.sum() / max(span, 1e-9), 0.05, cores))
+        background = 0.0
 
     policy_wall, policy_cpu = _time_policy(policy, envs, obs, sizes, min(1.0, probe_seconds / 2))
     costs = Costs(
@@ -306,7 +323,7 @@ def _measure(
         policy_batch_sizes=np.array(sizes),
         policy_wall=policy_wall,
         policy_cpu=policy_cpu,
-        cores=cores,
+        cores=effective_cores,
         background_load=background,
         worker_message_cpu=worker_message_cpu,
     )
@@ -327,6 +344,7 @@ def _measure(
         "cpu_fraction": float(cpu_all.sum()) / max(float(work.sum()) * 1e-3, 1e-12),
         "core_share": got,
         "background_load": background,
+        "effective_cores": effective_cores,
         "message_latency_us": latency * 1e6,
         "message_cpu_us": message_cpu * 1e6,
         "worker_message_cpu_us": worker_message_cpu * 1e6,
