@@ -131,7 +131,7 @@ def chunk_targets(actions: np.ndarray, chunk_size: int) -> np.ndarray:
     Raises:
         ValueError: For ``chunk_size < 1`` or an empty episode.
 
-    Example:
+    Examples:
         >>> chunk_targets(np.arange(3.0)[:, None], 2)[:, :, 0].tolist()
         [[0.0, 1.0], [1.0, 2.0], [2.0, 2.0]]
     """

@@ -67,7 +67,7 @@ class PickPlaceExpert:
         hand_half_width: The same across the hand (world x).
         max_shift: Largest shift of the grasp point away from a neighbour.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from pipelined_vec_env.libero.goal_features import NUM_GOAL_FEATURES
         >>> PickPlaceExpert()(np.zeros((4, NUM_GOAL_FEATURES))).shape

@@ -77,7 +77,7 @@ class GoalFeatures:
             ``parsed_problem["goal_state"]``, ``object_states_dict``, ``obj_body_id``,
             ``_eval_predicate``, ``sim`` and ``robots``.
 
-    Example:
+    Examples:
         >>> features = GoalFeatures(control_env.env)  # doctest: +SKIP
         >>> features().shape  # doctest: +SKIP
         (23,)
