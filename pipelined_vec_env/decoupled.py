@@ -23,8 +23,8 @@ from gymnasium.vector.utils import concatenate, create_empty_array, write_to_sha
 
 from .batching import batch_slice, check_actions, to_numpy
 from .errors import WaitTimeoutError, WorkerCrashedError
+from .protocol import Command, Crashed, Ok
 from .worker_handle import (
-    CRASHED,
     WorkerHandle,
     deadline_after,
     describe_failure,
@@ -119,7 +119,7 @@ class DecoupledState:
         env._revive_dead_workers(list(env.stages), mask, slice(0, env.num_envs))
         for w in env._handles:
             requests = [(g - w.env_indices[0], seeds[g], per_env[g]) for g in w.env_indices]
-            w.send("reset", requests, expect_answer=False)
+            w.send(Command.RESET, requests, expect_answer=False)
             self.outstanding[w].append(list(w.env_indices))
             self.head_since[w] = time.monotonic()
         for s in env.stages:
@@ -154,7 +154,7 @@ class DecoupledState:
         for w, positions in by_worker.items():
             rows = _take(space, batch, positions)
             locals_ = [id_list[p] - w.env_indices[0] for p in positions]
-            w.send("step", (locals_, rows), expect_answer=False)
+            w.send(Command.STEP, (locals_, rows), expect_answer=False)
             if not self.outstanding[w]:
                 self.head_since[w] = time.monotonic()
             self.outstanding[w].append([id_list[p] for p in positions])
@@ -211,21 +211,21 @@ class DecoupledState:
                         answer = w.recv_answer()
                     except (EOFError, OSError):
                         w._mark_dead()
-                        answer = (CRASHED, w.process.exitcode)
+                        answer = Crashed(w.process.exitcode)
                 elif not w.process.is_alive():
                     w._mark_dead()
-                    answer = (CRASHED, w.process.exitcode)
+                    answer = Crashed(w.process.exitcode)
                 else:
                     break
                 got = True
-                if answer[0] != "ok" and 0 < self.env.max_restarts and w.restarts < self.env.max_restarts:
+                if not answer.ok and 0 < self.env.max_restarts and w.restarts < self.env.max_restarts:
                     w.answer = answer
                     try:
                         self._restart(w, self._drop_outstanding(w))
                     except BaseException as exc:  # noqa: BLE001 - raised below
                         error = error or exc
                     break
-                if answer[0] == CRASHED:
+                if isinstance(answer, Crashed):
                     self._drop_outstanding(w)
                     self.env.stages[w.stage].fail(w, describe_failure(w, answer))
                     error = error or WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
@@ -233,14 +233,14 @@ class DecoupledState:
                 ids = self.outstanding[w].popleft()
                 self.head_since[w] = time.monotonic()  # the next queued command runs now
                 self.in_flight.difference_update(ids)
-                if answer[0] != "ok":
+                if not isinstance(answer, Ok):
                     self.env.stages[w.stage].fail(w, describe_failure(w, answer))
                     try:
                         raise_worker_error(w, answer)
                     except BaseException as exc:  # noqa: BLE001 - raised below
                         error = error or exc
                     continue
-                self._unpack(ids, answer[1])
+                self._unpack(ids, answer.payload)
         if error is not None:
             raise error
         return got
@@ -304,13 +304,13 @@ class DecoupledState:
         # results already here keep their observations: the fresh reset overwrites the rows
         kept = {e[0]: env._single_obs(e[0]) for e in self.ready if shm and e[0] in mine}
         answer = env._rebuild(w, "step")
-        if answer[0] != "ok":
+        if not answer.ok:
             self.env.stages[w.stage].fail(w, describe_failure(w, answer))
             raise_worker_error(w, answer)
-        items, reset_infos = answer[1]
+        items, reset_infos = answer.payload
         if env.autoreset_mode == AutoresetMode.NEXT_STEP:
             # the truncated step is followed by an autoreset step, as for any episode end
-            w.send("set_autoreset", list(range(len(w.env_indices))), expect_answer=False)
+            w.send(Command.SET_AUTORESET, list(range(len(w.env_indices))), expect_answer=False)
         for k, g in enumerate(w.env_indices):
             obs = items[k] if items is not None else env._single_obs(g)
             infos = reset_infos[k]

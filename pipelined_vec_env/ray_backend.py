@@ -3,7 +3,8 @@
 ``PipelinedVectorEnv(..., backend="ray")`` builds one `RayWorkerHandle` per worker
 instead of a subprocess [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle]. The actor
 (`EnvWorkerActor`) owns the same ``_WorkerEnvs`` as a subprocess worker and answers
-the same commands with the same ``("ok", payload)`` / ``("error", info)`` answers, so the
+the same commands with the same typed answers (`Ok`, `Raised`; one dispatch,
+`pipelined_vec_env.worker.serve_command`), so the
 stages, decoupled stepping, errors, ``max_restarts`` and ``step_deadline`` of the core work
 unchanged on top of it:
 
@@ -11,7 +12,7 @@ unchanged on top of it:
   calls from one caller run in submission order, like messages on a pipe.
 - Waiting is `ray.wait` on the outstanding refs, with the caller's timeout.
 - A dead actor (``ray.kill``, a crashed process, a lost node) resolves its refs with
-  `ray.exceptions.RayActorError`; that becomes the ``("crashed", None)`` answer a
+  `ray.exceptions.RayActorError`; that becomes the `Crashed` answer (exit code None) a
   dead subprocess gives, hence [`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError] or a restart.
 - Observations travel as return values through Ray's object store (no shared memory: the
   envs may live on another machine).
@@ -34,7 +35,8 @@ import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
-from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, pack_exception
+from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready
+from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, serve_command
 
 __all__ = [
     "EnvWorkerActor",
@@ -48,9 +50,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Commands that have no answer (as in the subprocess protocol).
-_NO_ANSWER = frozenset({"attach", "set_autoreset"})
-_CRASHED = "crashed"  # same value as worker_handle.CRASHED (not imported: no cycle)
 
 
 @dataclass
@@ -187,7 +186,7 @@ class EnvWorkerActor:
 
     Made a Ray actor class with `ray.remote` when first used (see
     `_actor_class`). Its methods return the subprocess protocol's answers (see
-    [`pipelined_vec_env.worker`][pipelined_vec_env.worker]); env exceptions come back as ``("error", info)``.
+    [`pipelined_vec_env.protocol`][pipelined_vec_env.protocol]); env exceptions come back as `Raised`.
 
     Args:
         worker_index: This worker's index (for messages).
@@ -209,17 +208,17 @@ class EnvWorkerActor:
         self._args = (pickled_env_fns, env_indices, autoreset_mode, worker_threads)
         self.envs: _WorkerEnvs | None = None
 
-    def start(self) -> tuple[str, Any]:
-        """Build the envs; answer ``("ready", description)`` or ``("error", info)``."""
+    def start(self) -> Ready | Raised:
+        """Build the envs; answer `Ready` or `Raised`."""
         pickled_env_fns, env_indices, autoreset_mode, worker_threads = self._args
         try:
             _limit_threads(worker_threads)
             env_fns = cloudpickle.loads(pickled_env_fns)
             self.envs = _WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
             _limit_torch_threads(worker_threads)
-            return "ready", _describe(self.envs.envs)
+            return Ready(_describe(self.envs.envs))
         except Exception as exc:
-            return "error", pack_exception(exc)
+            return Raised.from_exception(exc)
 
     def pid(self) -> int:
         """The actor's process id."""
@@ -229,33 +228,11 @@ class EnvWorkerActor:
         """The Ray node id the actor runs on (hex)."""
         return ray.get_runtime_context().get_node_id()
 
-    def handle(self, command: str, payload: Any) -> tuple[str, Any] | None:
+    def handle(self, command: Command, payload: Any) -> Answer | None:
         """Serve one command of the worker protocol and return its answer (None for
-        commands without one)."""
-        envs = self.envs
-        assert envs is not None, "command before start()"
-        if command == "attach":
-            envs.attach(*payload)
-            return None
-        if command == "set_autoreset":
-            envs.autoreset[payload] = True
-            return None
-        try:
-            if command == "step":
-                return "ok", envs.step(payload)
-            if command == "reset":
-                return "ok", envs.reset(payload)
-            if command == "call":
-                return "ok", envs.call(*payload)
-            if command == "set_attr":
-                return "ok", envs.set_attr(*payload)
-            if command == "close":
-                envs.close()
-                envs.envs = []
-                return "ok", None
-            raise RuntimeError(f"unknown worker command {command!r}")
-        except Exception as exc:
-            return "error", pack_exception(exc)
+        commands without one): the subprocess worker's dispatch, `serve_command`."""
+        assert self.envs is not None, "command before start()"
+        return serve_command(self.envs, command, payload)
 
 
 _ACTOR_CLASS: Any = None
@@ -317,14 +294,14 @@ class _RefConnection:
         ready, _ = ray.wait([queue[0]], num_returns=1, timeout=timeout)
         return bool(ready)
 
-    def recv(self) -> tuple[str, Any]:
+    def recv(self) -> Answer:
         """Return the oldest outstanding answer.
 
         Raises:
             EOFError: The actor is dead (as a closed pipe does).
         """
         answer = self._handle.next_answer()
-        if answer[0] == _CRASHED:
+        if isinstance(answer, Crashed):
             raise EOFError(f"worker {self._handle.index}'s actor is dead")
         return answer
 
@@ -370,7 +347,7 @@ class RayWorkerHandle:
 
     def _start(self) -> None:
         self.pending = False
-        self.answer: tuple[str, Any] | None = None
+        self.answer: Answer | None = None
         self.dead = False
         self.sent_at = time.monotonic()
         self.deadline_exceeded = False
@@ -384,47 +361,47 @@ class RayWorkerHandle:
         self.refs: deque[Any] = deque([self.actor.start.remote()])
         self.pending = True  # the start-up "ready" answer
 
-    def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
+    def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
         """Submit one command; its answer is collected by ``receive_all``/``recv``.
 
-        A worker already known dead answers ``("crashed", None)`` at once (when an answer
+        A worker already known dead answers `Crashed` at once (when an answer
         is expected), as a subprocess worker found dead while sending does.
         """
         if self.dead:
-            if command not in _NO_ANSWER and not expect_answer:
+            if command not in NO_ANSWER and not expect_answer:
                 # decoupled sends read answers from the queue: the dead actor's ref says so
                 self.refs.append(self.actor.handle.remote(command, payload))
-            self.answer = (_CRASHED, None) if expect_answer else None
+            self.answer = Crashed(None) if expect_answer else None
             self.pending = False
             return
         if self.profiler is not None:
             self.profiler.command_sent(self.index, command)
         ref = self.actor.handle.remote(command, payload)
-        if command not in _NO_ANSWER:
+        if command not in NO_ANSWER:
             self.refs.append(ref)
         self.pending = expect_answer
         self.sent_at = time.monotonic()
 
-    def next_answer(self) -> tuple[str, Any]:
+    def next_answer(self) -> Answer:
         """Pop the oldest outstanding ref and return its answer (blocks until ready).
 
-        A dead actor gives ``("crashed", None)``; a Ray failure of the call itself (e.g.
-        a result Ray could not serialise) gives ``("error", info)``.
+        A dead actor gives `Crashed` (exit code None); a Ray failure of the call itself
+        (e.g. a result Ray could not serialise) gives `Raised`.
         """
         ref = self.refs.popleft()
         try:
             answer = ray.get(ref)
             if self.profiler is not None:
-                self.profiler.answer_received(self.index, answer[0], None)
+                self.profiler.answer_received(self.index, answer.kind, None)
             return answer
         except RayActorError as exc:
             logger.debug("worker %d's actor died: %s", self.index, exc)
             self.dead = True
-            return _CRASHED, None
+            return Crashed(None)
         except RayError as exc:
-            return "error", pack_exception(exc)
+            return Raised.from_exception(exc)
 
-    def recv_answer(self) -> tuple[str, Any]:
+    def recv_answer(self) -> Answer:
         """Return the oldest outstanding answer (blocks until ready).
 
         Raises:
@@ -437,7 +414,7 @@ class RayWorkerHandle:
         self.answer = self.next_answer()
         self.pending = False
 
-    def take(self) -> tuple[str, Any]:
+    def take(self) -> Answer:
         """Return and clear the received answer."""
         assert self.answer is not None
         answer, self.answer = self.answer, None
@@ -480,7 +457,7 @@ class RayWorkerHandle:
     def close(self, timeout: float = 5.0) -> None:
         """Ask the actor to close its envs (up to ``timeout`` s), then kill it. Returns."""
         if not self.dead and timeout > 0 and ray.is_initialized():
-            ref = self.actor.handle.remote("close", None)
+            ref = self.actor.handle.remote(Command.CLOSE, None)
             try:
                 ray.wait([ref], num_returns=1, timeout=timeout)
             except RayError:
@@ -517,7 +494,7 @@ def ray_close_all(handles: Sequence[RayWorkerHandle], timeout: float) -> None:
         for h in handles:
             if not h.dead:
                 try:
-                    refs.append(h.actor.handle.remote("close", None))
+                    refs.append(h.actor.handle.remote(Command.CLOSE, None))
                 except RayError:
                     logger.debug("close of worker %d failed", h.index, exc_info=True)
         if refs:

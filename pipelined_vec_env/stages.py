@@ -19,6 +19,7 @@ from typing import Any
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from .errors import StageFailedError, WaitTimeoutError
+from .protocol import Ok, Raised
 from .worker_handle import (
     WorkerHandle,
     deadline_after,
@@ -161,8 +162,8 @@ class Stage:
             if worker.answer is None:
                 continue  # the worker had nothing to do in this call
             answer = worker.take()
-            if answer[0] == "ok":
-                results.append((worker, answer[1]))
+            if isinstance(answer, Ok):
+                results.append((worker, answer.payload))
                 continue
             try:
                 raise_worker_error(worker, answer)
@@ -170,7 +171,7 @@ class Stage:
                 if error is None:
                     error = exc
                 reason = describe_failure(worker, answer)
-                if answer[0] != "error" or self.state in ("step", "reset"):
+                if not isinstance(answer, Raised) or self.state in ("step", "reset"):
                     self.fail(worker, reason)
         self.state, self.whole, self.context = None, False, None
         if self.profiler is not None:

@@ -29,10 +29,10 @@ from .batching import batch_slice, check_actions, to_numpy
 from .decoupled import DecoupledState
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .profiling import Profiler
+from .protocol import Answer, Command, Crashed, Ok, Raised, Ready, TimedOut
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
 from .worker_handle import (
-    TIMED_OUT,
     WorkerHandle,
     close_all,
     find_dead,
@@ -393,9 +393,9 @@ class PipelinedVectorEnv(VectorEnv):
                     h.profiler = self.profiler
             receive_started(self._handles, self.start_timeout)
             for h in self._handles:  # the first failure, without waiting for the others
-                if h.answer is not None and h.answer[0] != "ready":
+                if h.answer is not None and not isinstance(h.answer, Ready):
                     raise_worker_error(h, h.take())
-            self._setup_spaces([h.take()[1] for h in self._handles])
+            self._setup_spaces([h.take().description for h in self._handles])
         except BaseException:
             self.close(terminate=True)
             raise
@@ -422,7 +422,7 @@ class PipelinedVectorEnv(VectorEnv):
                 )
         for h in self._handles:
             h.send(
-                "attach",
+                Command.ATTACH,
                 (self.single_observation_space, self._buffers, num_envs),
                 expect_answer=False,
             )
@@ -518,7 +518,7 @@ class PipelinedVectorEnv(VectorEnv):
         if op in ("step", "reset") and self.max_restarts:
             for stage in stages:
                 for w in stage.workers:
-                    if w.answer is not None and w.answer[0] != "ok" and w.restarts < self.max_restarts:
+                    if w.answer is not None and not w.answer.ok and w.restarts < self.max_restarts:
                         w.answer = self._restart(w, op, stage.context)  # retries inside
         collected, error = [], None
         for stage in stages:
@@ -527,64 +527,65 @@ class PipelinedVectorEnv(VectorEnv):
             error = error or stage_error
         return collected, error
 
-    def _rebuild(self, w: WorkerHandle, op: str) -> tuple[str, Any]:
+    def _rebuild(self, w: WorkerHandle, op: str) -> Answer:
         """Rebuild worker ``w`` after the failure in ``w.answer``: start a fresh process and
         reset all its envs, again while that fails and ``max_restarts`` allows (each try
-        counts). Return the reset's answer (``("ok", (items, infos))``, infos marked
+        counts). Return the reset's answer (`Ok` of ``(items, infos)``, infos marked
         ``worker_restarted``) or the last failure.
 
         The start is bounded by ``start_timeout`` and the reset by ``step_deadline``, so a
         rebuild never hangs.
         """
         while True:
-            kind, info = w.answer
+            failure = w.answer
             if w.deadline_exceeded:
                 why = f"step_deadline={self.step_deadline} s exceeded"
-            elif kind == "error":
-                why = f"{info[1]}: {info[2]}"
-            elif kind == TIMED_OUT:
-                why = info
+            elif isinstance(failure, Raised):
+                why = f"{failure.type_name}: {failure.message}"
+            elif isinstance(failure, TimedOut):
+                why = failure.message
             else:
-                why = f"exit code {info}"
+                assert isinstance(failure, Crashed), failure
+                why = f"exit code {failure.exitcode}"
             logger.warning(
                 "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
                 w.index, list(w.env_indices), op, why, w.restarts + 1, self.max_restarts,
             )
-            if kind == "error":
-                logger.warning("worker %d traceback:\n%s", w.index, info[3])
+            if isinstance(failure, Raised):
+                logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
             answer = self._start_fresh(w, counted=True)
             if answer is None:
-                w.send("reset", [(k, None, None) for k in range(len(w.env_indices))])
+                w.send(Command.RESET, [(k, None, None) for k in range(len(w.env_indices))])
                 receive_all([w], None, self.step_deadline)
                 answer = w.take()
-            if answer[0] == "ok":
+            if answer.ok:
                 break
             if w.restarts >= self.max_restarts:
                 return answer
             w.answer, op = answer, "rebuild"
-        items, reset_infos = answer[1]
+        items, reset_infos = answer.payload
         for k in range(len(w.env_indices)):
             reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
         return answer
 
-    def _restart(self, w: WorkerHandle, op: str, context: Any) -> tuple[str, Any]:
+    def _restart(self, w: WorkerHandle, op: str, context: Any) -> Answer:
         """Rebuild worker ``w`` after a failed ``op``, reset its envs, and return the answer
         that stands in for the failed one (episodes end with ``truncated=True``)."""
         answer = self._rebuild(w, op)
-        if answer[0] != "ok":
+        if not answer.ok:
             return answer
-        items, reset_infos = answer[1]
+        items, reset_infos = answer.payload
         if op == "reset":
             reset_ids = context
             keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
-            return "ok", (
+            return Ok((
                 None if items is None else [items[k] for k in keep],
                 [reset_infos[k] for k in keep],
-            )
+            ))
         n = len(w.env_indices)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             # the truncated step is followed by an autoreset step, as for any episode end
-            w.send("set_autoreset", list(range(n)), expect_answer=False)
+            w.send(Command.SET_AUTORESET, list(range(n)), expect_answer=False)
         elif self.autoreset_mode == AutoresetMode.SAME_STEP:
             # the simulator's last observation is lost: the fresh one stands in as final_obs
             finals = items if items is not None else [self._single_obs(g) for g in w.env_indices]
@@ -592,13 +593,13 @@ class PipelinedVectorEnv(VectorEnv):
                 reset_infos[k].insert(
                     0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
                 )
-        return "ok", (
+        return Ok((
             items,
             np.zeros(n, dtype=np.float64),
             np.zeros(n, dtype=np.bool_),
             np.ones(n, dtype=np.bool_),
             reset_infos,
-        )
+        ))
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:
@@ -697,16 +698,16 @@ class PipelinedVectorEnv(VectorEnv):
                 if failed is not None:
                     raise_worker_error(w, failed)
 
-    def _start_fresh(self, w: WorkerHandle, counted: bool) -> tuple[str, Any] | None:
+    def _start_fresh(self, w: WorkerHandle, counted: bool) -> Answer | None:
         """Replace worker ``w``'s process with a fresh one (waits for its start-up, at most
         ``start_timeout``) and attach it to the shared observations; return its failure
         answer, or None."""
         w.restart(counted=counted)
         receive_started([w], self.start_timeout)
         ready = w.take()
-        if ready[0] != "ready":
+        if not isinstance(ready, Ready):
             return ready
-        w.send("attach", (self.single_observation_space, self._buffers, self.num_envs), expect_answer=False)
+        w.send(Command.ATTACH, (self.single_observation_space, self._buffers, self.num_envs), expect_answer=False)
         return None
 
     def _single_obs(self, g: int) -> Any:
@@ -774,7 +775,7 @@ class PipelinedVectorEnv(VectorEnv):
                 ids = [g for g in w.env_indices if mask[g - envs.start]]
                 if ids:
                     w.send(
-                        "reset",
+                        Command.RESET,
                         [
                             (g - w.env_indices[0], seeds[g - envs.start], per_env[g - envs.start])
                             for g in ids
@@ -866,7 +867,7 @@ class PipelinedVectorEnv(VectorEnv):
         for s in stages:
             for w in s.workers:
                 lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
-                w.send("step", (None, batch_slice(space, batch, slice(lo, hi))))
+                w.send(Command.STEP, (None, batch_slice(space, batch, slice(lo, hi))))
             s.mark("step", stage is None)
 
     def step_wait(
@@ -1076,7 +1077,7 @@ class PipelinedVectorEnv(VectorEnv):
         stages = [self.stages[s] for s in {w.stage for w in groups}]
         check_startable(stages, "call", False)
         for w, locals_ in groups.items():
-            w.send("call", (name, args, kwargs, locals_))
+            w.send(Command.CALL, (name, args, kwargs, locals_))
         for s in stages:
             s.mark("call", False)
         self._pending_call = (stages, groups, env_indices)
@@ -1113,7 +1114,7 @@ class PipelinedVectorEnv(VectorEnv):
         stages = [self.stages[s] for s in {w.stage for w in groups}]
         check_startable(stages, "set_attr", False)
         for w, locals_ in groups.items():
-            w.send("set_attr", (name, [by_env[w.env_indices[i]] for i in locals_], locals_))
+            w.send(Command.SET_ATTR, (name, [by_env[w.env_indices[i]] for i in locals_], locals_))
         for s in stages:
             s.mark("set_attr", False)
         self._gather(stages, groups, env_indices)

@@ -4,28 +4,16 @@ A worker owns one or several envs (``envs_per_worker``), built inside it from
 cloudpickled constructors, so simulators never share a process with the caller. It
 serves one command at a time from its pipe and answers each with exactly one message.
 
-Messages from the caller are ``(command, payload)`` tuples:
-
-| command | payload | answer payload |
-|---|---|---|
-| `attach` | `(observation_space, buffers, num_envs)` | none |
-| `reset` | `[(local_index, seed, options), ...]` | `(obs_items, infos)` |
-| `step` | `(local_indices or None, batched actions)` | `(obs_items, rewards, terminations, truncations, infos)` |
-| `call` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
-| `set_attr` | `(name, values, local_indices)` | `None` |
-| `set_autoreset` | local indices (their next step resets) | none |
-| `close` | `None` | `None`, then the worker exits |
-
-Answers are ``("ok", payload)`` or ``("error", (pickled_exception or None, type_name,
-message, formatted_traceback))``. A third element in a command (``(command, payload,
-True)``, sent while profiling) asks for the worker's start and finish times
-(``time.monotonic_ns``): its ``ok`` answer is then ``("ok", payload, (started_ns,
-finished_ns))``, which the caller's side strips. At start-up the worker sends
-``("ready", description)`` with its envs' spaces, metadata, render mode and spec, or an
-error. ``obs_items`` is ``None`` when observations were written to shared memory, else a
-list of one observation per env. ``infos[i]`` is a list of info dicts that the caller merges in order with
-gymnasium's rules (under ``SAME_STEP`` autoreset a finished env contributes
+Commands and answers are the typed ones of [`pipelined_vec_env.protocol`][pipelined_vec_env.protocol]
+(`Command`, `Ok`, `Raised`, `Ready`): a message from the caller is ``(command, payload)``,
+or ``(command, payload, True)`` while profiling, which asks for the worker's start and
+finish times (``time.monotonic_ns``) in the `Ok` answer. At start-up the worker sends
+`Ready` with its envs' spaces, metadata, render mode and spec, or `Raised`.
+``obs_items`` is ``None`` when observations were written to shared memory, else a list of
+one observation per env. ``infos[i]`` is a list of info dicts that the caller merges in
+order with gymnasium's rules (under ``SAME_STEP`` autoreset a finished env contributes
 ``{"final_obs", "final_info"}`` then its reset info, as ``SyncVectorEnv`` does).
+`serve_command` is the one dispatch, used by the worker process and the Ray actor.
 """
 
 from __future__ import annotations
@@ -39,7 +27,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -56,8 +43,16 @@ from gymnasium.vector.utils import (
 )
 
 from .main_module import install_lazy_main, load_main
+from .protocol import Answer, Command, Ok, Raised, Ready
 
-__all__ = ["THREAD_ENV_VARS", "build_env", "pack_exception", "send", "send_answer", "worker_main"]
+__all__ = [
+    "THREAD_ENV_VARS",
+    "build_env",
+    "send",
+    "send_answer",
+    "serve_command",
+    "worker_main",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -121,27 +116,6 @@ def build_env(fn: Any) -> Env:
         if not load_main():
             raise
     return fn()
-
-
-def pack_exception(exc: BaseException) -> tuple[bytes | None, str, str, str]:
-    """Describe ``exc`` so that the caller can re-raise it.
-
-    Returns:
-        ``(pickled, type_name, message, traceback)``; ``pickled`` is ``None`` when the
-        exception does not survive a pickle round trip (checked here, in the worker).
-    """
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        data: bytes | None = pickle.dumps(exc)
-        pickle.loads(data)
-    except Exception:
-        data = None
-    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    try:
-        message = str(exc)
-    except Exception:
-        message = "<str() failed>"
-    return data, name, message, tb
 
 
 def _die_with_parent() -> bool:
@@ -433,10 +407,10 @@ def worker_main(
         env_fns = cloudpickle.loads(pickled_env_fns)
         envs = _WorkerEnvs([build_env(fn) for fn in env_fns], env_indices, autoreset_mode)
         _limit_torch_threads(worker_threads)
-        conn.send(("ready", _describe(envs.envs)))
+        conn.send(Ready(_describe(envs.envs)))
     except BaseException as exc:  # report start-up failures, then exit
         try:
-            send(conn, ("error", pack_exception(exc)))
+            send(conn, Raised.from_exception(exc))
         finally:
             conn.close()
         return
@@ -462,6 +436,37 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(0)
 
 
+def serve_command(envs: _WorkerEnvs, command: Command, payload: Any) -> Answer | None:
+    """Serve one command on ``envs`` and return its answer (None for `NO_ANSWER` commands).
+
+    The one dispatch of the protocol, for the worker process and the Ray actor. An
+    exception from the envs becomes `Raised`; after `Command.CLOSE` the envs are closed
+    and dropped.
+    """
+    if command == Command.ATTACH:
+        envs.attach(*payload)
+        return None
+    if command == Command.SET_AUTORESET:
+        envs.autoreset[payload] = True  # these envs reset on their next step
+        return None
+    try:
+        if command == Command.STEP:
+            return Ok(envs.step(payload))
+        if command == Command.RESET:
+            return Ok(envs.reset(payload))
+        if command == Command.CALL:
+            return Ok(envs.call(*payload))
+        if command == Command.SET_ATTR:
+            return Ok(envs.set_attr(*payload))
+        if command == Command.CLOSE:
+            envs.close()
+            envs.envs = []
+            return Ok(None)
+        raise RuntimeError(f"unknown worker command {command!r}")
+    except Exception as exc:
+        return Raised.from_exception(exc)
+
+
 def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     while True:
@@ -469,34 +474,15 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
         command, payload = message[0], message[1]
         timed = len(message) > 2  # profiling: start and finish times ride on the answer
         started = time.monotonic_ns() if timed else 0
-        if command == "attach":
-            envs.attach(*payload)
+        answer = serve_command(envs, command, payload)
+        if answer is None:
             continue
-        if command == "set_autoreset":
-            envs.autoreset[payload] = True  # these envs reset on their next step
-            continue
+        if timed and isinstance(answer, Ok):
+            answer.times = (started, time.monotonic_ns())
         try:
-            if command == "step":
-                result: Any = envs.step(payload)
-            elif command == "reset":
-                result = envs.reset(payload)
-            elif command == "call":
-                result = envs.call(*payload)
-            elif command == "set_attr":
-                result = envs.set_attr(*payload)
-            elif command == "close":
-                envs.close()
-                envs.envs = []
-                send(conn, ("ok", None))
-                return
-            else:
-                raise RuntimeError(f"unknown worker command {command!r}")
-        except Exception as exc:
-            send(conn, ("error", pack_exception(exc)))
-            continue
-        try:
-            answer = ("ok", result, (started, time.monotonic_ns())) if timed else ("ok", result)
             send_answer(conn, answer)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             # the result could not be pickled; nothing was written to the pipe yet
-            send(conn, ("error", pack_exception(exc)))
+            send(conn, Raised.from_exception(exc))
+        if command == Command.CLOSE and answer.ok:
+            return

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
 from .main_module import main_reference
+from .protocol import Answer, Command, Crashed, Raised, TimedOut
 from .worker import send, worker_main
 
 if TYPE_CHECKING:
@@ -44,12 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Answer stored for a worker found dead: ``("crashed", exitcode)``.
-CRASHED = "crashed"
-#: Answer stored for a worker killed for not starting in time: ``("timed_out", message)``.
-TIMED_OUT = "timed_out"
-
 
 @contextlib.contextmanager
 def _main_module_hidden() -> Iterator[None]:
@@ -79,8 +74,8 @@ class WorkerHandle:
         env_indices: Global indices of its envs.
         stage: The stage it belongs to.
         pending: A command was sent and its answer not received yet.
-        answer: A received answer not consumed yet (``("ok", x)``, ``("error", info)`` or
-            ``("crashed", exitcode)``).
+        answer: A received answer not consumed yet (a `pipelined_vec_env.protocol`
+            answer: `Ok`, `Ready`, `Raised`, `Crashed` or `TimedOut`).
         profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
             every send, answer, restart, deadline kill and death.
     """
@@ -110,7 +105,7 @@ class WorkerHandle:
 
     def _start(self) -> None:
         self.pending = False
-        self.answer: tuple[str, Any] | None = None
+        self.answer: Answer | None = None
         self.dead = False
         self.sent_at = time.monotonic()
         self.deadline_exceeded = False
@@ -165,7 +160,7 @@ class WorkerHandle:
         if self.process.is_alive():
             self.process.kill()
 
-    def send(self, command: str, payload: Any, expect_answer: bool = True) -> None:
+    def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
         """Send one command; the answer is collected by [`receive_all`][pipelined_vec_env.worker_handle.receive_all].
 
         A worker found dead here is not reported at once: its answer is recorded as a
@@ -181,29 +176,28 @@ class WorkerHandle:
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
         if self.dead:
-            self.answer = (CRASHED, self.process.exitcode) if expect_answer else None
+            self.answer = Crashed(self.process.exitcode) if expect_answer else None
             self.pending = False
             return
         self.pending = expect_answer
         self.sent_at = time.monotonic()
 
-    def take(self) -> tuple[str, Any]:
+    def take(self) -> Answer:
         """Return and clear the received answer."""
         assert self.answer is not None
         answer, self.answer = self.answer, None
         return answer
 
-    def recv_answer(self) -> tuple[str, Any]:
+    def recv_answer(self) -> Answer:
         """Read one answer from the pipe (blocks; raises EOFError if the worker is gone).
 
-        The worker's start and finish times that ride on an answer go to the profiler
-        (when on) and are stripped: the answer returned is ``(kind, payload)``.
+        The worker's start and finish times that ride on an `Ok` answer go to the
+        profiler (when on).
         """
         answer = pickle.loads(self.conn.recv_bytes())
-        if self.profiler is None:
-            return answer
-        self.profiler.answer_received(self.index, answer[0], answer[2] if len(answer) > 2 else None)
-        return answer[:2]
+        if self.profiler is not None:
+            self.profiler.answer_received(self.index, answer.kind, getattr(answer, "times", None))
+        return answer
 
     def _mark_dead(self) -> None:
         self.dead = True
@@ -223,14 +217,14 @@ class WorkerHandle:
             self.answer = self.recv_answer()
         except (EOFError, ConnectionResetError, OSError):
             self._mark_dead()
-            self.answer = (CRASHED, self.process.exitcode)
+            self.answer = Crashed(self.process.exitcode)
         self.pending = False
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the process: ask politely, then terminate, then kill. Always returns."""
         if self.process.is_alive() and not self.dead and timeout > 0:
             try:
-                self.conn.send(("close", None))
+                send(self.conn, (Command.CLOSE, None))
             except (BrokenPipeError, ConnectionResetError, OSError):
                 pass
             self.process.join(timeout)
@@ -270,7 +264,7 @@ def close_all(handles: Sequence[Any], timeout: float) -> None:
         for h in alive:
             if not h.dead:
                 with contextlib.suppress(OSError, ValueError):
-                    send(h.conn, ("close", None))
+                    send(h.conn, (Command.CLOSE, None))
         deadline = deadline_after(timeout)
         pipes = {h.conn.fileno(): h for h in alive if not h.dead and not h.conn.closed}
         sentinels = {h.process.sentinel: h for h in alive}
@@ -363,7 +357,7 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
             h._receive()
         else:  # sentinel ready and nothing to read: the process is gone
             h._mark_dead()
-            h.answer = (CRASHED, h.process.exitcode)
+            h.answer = Crashed(h.process.exitcode)
             h.pending = False
     return bool(ready_fds)
 
@@ -449,7 +443,7 @@ def receive_all(
         if not pending:
             return
         if until_failure and any(
-            h.answer is not None and h.answer[0] not in ("ok", "ready") for h in handles
+            h.answer is not None and not h.answer.ok for h in handles
         ):
             return
         wait_for = remaining(deadline)
@@ -481,7 +475,7 @@ def receive_started(handles: list[Any], start_timeout: float) -> None:
 
     The workers start in parallel; each gets ``start_timeout`` seconds from its own start
     (process start or Ray actor creation, env construction, the ``ready`` answer). A
-    worker past it is killed and its answer becomes ``("timed_out", message)``, which
+    worker past it is killed and its answer becomes `TimedOut`, which
     `raise_worker_error` raises as `WaitTimeoutError`. Returns once every handle has an
     answer (a killed worker's death is seen at once), or as soon as one has failed (an
     env constructor raised, a worker died or timed out): the caller then stops them all.
@@ -490,27 +484,26 @@ def receive_started(handles: list[Any], start_timeout: float) -> None:
         h.deadline_exceeded = False
     receive_all(handles, None, start_timeout, "start_timeout", until_failure=True)
     for h in handles:
-        if h.deadline_exceeded and h.answer is not None and h.answer[0] == CRASHED:
-            h.answer = (
-                TIMED_OUT,
+        if h.deadline_exceeded and isinstance(h.answer, Crashed):
+            h.answer = TimedOut(
                 f"worker {h.index} (envs {list(h.env_indices)}) did not build its envs and "
                 f"answer within start_timeout={start_timeout:g} s; it was killed",
             )
             h.deadline_exceeded = False
 
 
-def describe_failure(handle: Any, answer: tuple[str, Any]) -> str:
+def describe_failure(handle: Any, answer: Answer) -> str:
     """A short reason for a failed answer, for `StageFailedError` messages."""
-    kind, info = answer
     who = f"worker {handle.index} (envs {list(handle.env_indices)})"
-    if kind == CRASHED:
+    if isinstance(answer, Crashed):
         return f"{who} died"
-    if kind == TIMED_OUT:
+    if isinstance(answer, TimedOut):
         return f"{who} did not start in time"
-    return f"{who} raised {info[1]}"
+    assert isinstance(answer, Raised), answer
+    return f"{who} raised {answer.type_name}"
 
 
-def raise_worker_error(handle: WorkerHandle, answer: tuple[str, Any]) -> None:
+def raise_worker_error(handle: WorkerHandle, answer: Answer) -> None:
     """Re-raise a worker's failure in the caller.
 
     The worker's exception comes back with its original type and the worker traceback as
@@ -520,19 +513,13 @@ def raise_worker_error(handle: WorkerHandle, answer: tuple[str, Any]) -> None:
     not start within ``start_timeout`` becomes
     [`WaitTimeoutError`][pipelined_vec_env.errors.WaitTimeoutError].
     """
-    kind, info = answer
-    if kind == CRASHED:
+    if isinstance(answer, Crashed):
         detail = "killed for overrunning step_deadline" if handle.deadline_exceeded else ""
-        raise WorkerCrashedError(handle.index, handle.env_indices, info, detail)
-    if kind == TIMED_OUT:
-        raise WaitTimeoutError(info)
-    data, type_name, message, tb = info
-    exc: BaseException | None = None
-    if data is not None:
-        try:
-            exc = pickle.loads(data)
-        except Exception:
-            exc = None
+        raise WorkerCrashedError(handle.index, handle.env_indices, answer.exitcode, detail)
+    if isinstance(answer, TimedOut):
+        raise WaitTimeoutError(answer.message)
+    assert isinstance(answer, Raised), answer
+    exc = answer.exception()
     if exc is None:
-        raise WorkerError(type_name, message, tb, handle.index)
-    raise exc from RemoteTraceback(tb)
+        raise WorkerError(answer.type_name, answer.message, answer.traceback, handle.index)
+    raise exc from RemoteTraceback(answer.traceback)

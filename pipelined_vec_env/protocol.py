@@ -1,0 +1,206 @@
+"""The worker protocol's vocabulary: the commands a worker serves and its typed answers.
+
+Shared by the worker process ([`pipelined_vec_env.worker`][pipelined_vec_env.worker]), the
+Ray actor ([`pipelined_vec_env.ray_backend`][pipelined_vec_env.ray_backend]) and the
+caller's side ([`pipelined_vec_env.pool`][pipelined_vec_env.pool], the stages and decoupled
+stepping). A command travels as ``(Command, payload)``, or ``(Command, payload, True)``
+when the caller profiles and wants the worker's start and finish times back. Every command
+but `Command.ATTACH` and `Command.SET_AUTORESET` gets exactly one answer:
+
+| answer | when | carries |
+|---|---|---|
+| `Ready` | a worker built its envs (start-up) | its envs' spaces, metadata, render mode, spec |
+| `Ok` | a command succeeded | the command's result (and the worker's times) |
+| `Raised` | an env (or pickling the result) raised | exception type, message, traceback |
+| `Crashed` | the caller found the worker dead | its exit code (None: unknown, e.g. Ray) |
+| `TimedOut` | a worker did not start in `start_timeout` | the message to raise |
+
+`Crashed` and `TimedOut` never travel on the wire: the caller's side makes them. Answers
+pickle as a class reference and their fields (`__reduce__`), a few bytes more than the
+string-tagged tuples they replace.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from enum import StrEnum
+from typing import Any, ClassVar
+
+__all__ = [
+    "NO_ANSWER",
+    "Answer",
+    "Command",
+    "Crashed",
+    "Ok",
+    "Raised",
+    "Ready",
+    "TimedOut",
+]
+
+
+class Command(StrEnum):
+    """What a worker is asked to do (a `str` subclass: compares equal to its value).
+
+    | command | payload | `Ok` payload |
+    |---|---|---|
+    | `ATTACH` | `(observation_space, buffers, num_envs)` | no answer |
+    | `RESET` | `[(local_index, seed, options), ...]` | `(obs_items, infos)` |
+    | `STEP` | `(local_indices or None, batched actions)` | `(obs_items, rewards, terminations, truncations, infos)` |
+    | `CALL` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
+    | `SET_ATTR` | `(name, values, local_indices)` | `None` |
+    | `SET_AUTORESET` | local indices (their next step resets) | no answer |
+    | `CLOSE` | `None` | `None`, then the worker exits |
+    """
+
+    ATTACH = "attach"
+    RESET = "reset"
+    STEP = "step"
+    CALL = "call"
+    SET_ATTR = "set_attr"
+    SET_AUTORESET = "set_autoreset"
+    CLOSE = "close"
+
+
+#: Commands a worker does not answer.
+NO_ANSWER = frozenset({Command.ATTACH, Command.SET_AUTORESET})
+
+
+class Ok:
+    """A command succeeded.
+
+    Attributes:
+        payload: The command's result (see `Command`).
+        times: ``(started_ns, finished_ns)`` in the worker (``time.monotonic_ns``) when the
+            command asked for them (profiling), else None.
+    """
+
+    __slots__ = ("payload", "times")
+    kind: ClassVar[str] = "ok"
+    ok: ClassVar[bool] = True
+
+    def __init__(self, payload: Any = None, times: tuple[int, int] | None = None) -> None:
+        self.payload = payload
+        self.times = times
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return Ok, (self.payload, self.times)
+
+    def __repr__(self) -> str:
+        return f"Ok({self.payload!r})"
+
+
+class Ready:
+    """A worker started and built its envs.
+
+    Attributes:
+        description: ``{"observation_spaces", "action_spaces", "metadata", "render_mode",
+            "spec"}`` of its envs.
+    """
+
+    __slots__ = ("description",)
+    kind: ClassVar[str] = "ready"
+    ok: ClassVar[bool] = True
+
+    def __init__(self, description: dict[str, Any]) -> None:
+        self.description = description
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return Ready, (self.description,)
+
+    def __repr__(self) -> str:
+        return "Ready(...)"
+
+
+class Raised:
+    """The worker's code raised; enough to re-raise it in the caller.
+
+    Attributes:
+        pickled: The pickled exception, or None when it does not survive a pickle round
+            trip (checked in the worker).
+        type_name: ``module.QualifiedName`` of its type.
+        message: ``str(exc)``.
+        traceback: The worker's formatted traceback.
+    """
+
+    __slots__ = ("message", "pickled", "traceback", "type_name")
+    kind: ClassVar[str] = "error"
+    ok: ClassVar[bool] = False
+
+    def __init__(self, pickled: bytes | None, type_name: str, message: str, traceback: str) -> None:
+        self.pickled = pickled
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> Raised:
+        """Describe ``exc`` (in the worker) so that the caller can re-raise it."""
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            data: bytes | None = pickle.dumps(exc)
+            pickle.loads(data)
+        except Exception:
+            data = None
+        name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<str() failed>"
+        return cls(data, name, message, tb)
+
+    def exception(self) -> BaseException | None:
+        """The original exception rebuilt, or None when it cannot be."""
+        if self.pickled is None:
+            return None
+        try:
+            return pickle.loads(self.pickled)
+        except Exception:
+            return None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return Raised, (self.pickled, self.type_name, self.message, self.traceback)
+
+    def __repr__(self) -> str:
+        return f"Raised({self.type_name}: {self.message})"
+
+
+class Crashed:
+    """The worker was found dead (made by the caller's side, never sent).
+
+    Attributes:
+        exitcode: The process's exit code (negative: killed by that signal), or None when
+            unknown (a Ray actor).
+    """
+
+    __slots__ = ("exitcode",)
+    kind: ClassVar[str] = "crashed"
+    ok: ClassVar[bool] = False
+
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+
+    def __repr__(self) -> str:
+        return f"Crashed(exitcode={self.exitcode})"
+
+
+class TimedOut:
+    """The worker did not start within ``start_timeout`` and was killed (caller's side).
+
+    Attributes:
+        message: What to raise (as `WaitTimeoutError`).
+    """
+
+    __slots__ = ("message",)
+    kind: ClassVar[str] = "timed_out"
+    ok: ClassVar[bool] = False
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"TimedOut({self.message!r})"
+
+
+#: Any answer of the protocol.
+Answer = Ok | Ready | Raised | Crashed | TimedOut
