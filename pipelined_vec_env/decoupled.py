@@ -23,7 +23,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array, write_to_sha
 
 from .batching import batch_slice, check_actions, to_numpy
 from .errors import WaitTimeoutError, WorkerCrashedError
-from .protocol import Command, Crashed, Ok
+from .protocol import Answer, Command, Crashed, Ok
 from .worker_handle import (
     WorkerHandle,
     deadline_after,
@@ -150,7 +150,7 @@ class DecoupledState:
             if g in self.restarted:  # its simulator is gone: this step ends the episode
                 self._end_restarted_episode(g, self.restarted.pop(g))
                 continue
-            by_worker.setdefault(env._worker_of(g), []).append(pos)
+            by_worker.setdefault(env._pool.worker_of(g), []).append(pos)
         for w, positions in by_worker.items():
             rows = _take(space, batch, positions)
             locals_ = [id_list[p] - w.env_indices[0] for p in positions]
@@ -219,9 +219,8 @@ class DecoupledState:
                     break
                 got = True
                 if not answer.ok and 0 < self.env.max_restarts and w.restarts < self.env.max_restarts:
-                    w.answer = answer
                     try:
-                        self._restart(w, self._drop_outstanding(w))
+                        self._restart(w, answer, self._drop_outstanding(w))
                     except BaseException as exc:  # noqa: BLE001 - raised below
                         error = error or exc
                     break
@@ -287,8 +286,8 @@ class DecoupledState:
                 killed = True
         return killed
 
-    def _restart(self, w: WorkerHandle, lost: list[int]) -> None:
-        """Rebuild worker ``w`` (its failure is in ``w.answer``) and end its envs' episodes.
+    def _restart(self, w: WorkerHandle, failure: Answer, lost: list[int]) -> None:
+        """Rebuild worker ``w`` after ``failure`` and end its envs' episodes.
 
         Envs whose command was lost get a truncated result at once; the others (results
         received or ready) get it at their next ``send``. The semantics are those of
@@ -303,7 +302,7 @@ class DecoupledState:
         mine = set(w.env_indices)
         # results already here keep their observations: the fresh reset overwrites the rows
         kept = {e[0]: env._single_obs(e[0]) for e in self.ready if shm and e[0] in mine}
-        answer = env._rebuild(w, "step")
+        answer = env._pool.rebuild(w, failure, "step")
         if not answer.ok:
             self.env.stages[w.stage].fail(w, describe_failure(w, answer))
             raise_worker_error(w, answer)

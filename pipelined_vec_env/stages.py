@@ -14,21 +14,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from .errors import StageFailedError, WaitTimeoutError
-from .protocol import Ok, Raised
+from .protocol import Answer, Ok, Raised
 from .worker_handle import (
     WorkerHandle,
     deadline_after,
     describe_failure,
     raise_worker_error,
-    receive_all,
-    receive_ready,
     remaining,
 )
+
+if TYPE_CHECKING:
+    from .pool import WorkerPool
 
 __all__ = ["Stage", "split_range", "wait_any_stage"]
 
@@ -145,10 +146,15 @@ class Stage:
                 op,
             )
 
-    def finish(self) -> tuple[list[tuple[WorkerHandle, Any]], BaseException | None]:
+    def finish(
+        self, answers: dict[int, Answer | None]
+    ) -> tuple[list[tuple[WorkerHandle, Any]], BaseException | None]:
         """Consume the answers of the call in flight and return the stage to idle.
 
-        Must be called once every worker answered (see [`receive_all`][pipelined_vec_env.worker_handle.receive_all]).
+        Args:
+            answers: Worker index -> its answer to the call (taken from the pool once
+                every worker answered, see `WorkerPool.wait`); None or missing: the
+                worker had nothing to do in this call.
 
         Returns:
             ``(results, error)``: ``(worker, payload)`` for each worker that answered
@@ -159,9 +165,9 @@ class Stage:
         results = []
         error: BaseException | None = None
         for worker in self.workers:
-            if worker.answer is None:
+            answer = answers.get(worker.index)
+            if answer is None:
                 continue  # the worker had nothing to do in this call
-            answer = worker.take()
             if isinstance(answer, Ok):
                 results.append((worker, answer.payload))
                 continue
@@ -178,21 +184,7 @@ class Stage:
             self.profiler.stage_finished(self.index)
         return results, error
 
-    def wait(self, timeout: float | None) -> None:
-        """Wait for every worker of the stage to answer.
-
-        Raises:
-            WaitTimeoutError: Not all answers arrived within ``timeout`` seconds; the call
-                stays in flight.
-        """
-        receive_all(self.workers, timeout)
-
-    def done(self) -> bool:
-        """Whether every worker answered the call in flight."""
-        return not any(w.pending for w in self.workers)
-
-
-def wait_any_stage(stages: list[Stage], timeout: float | None) -> int:
+def wait_any_stage(stages: list[Stage], pool: WorkerPool, timeout: float | None) -> int:
     """Return the index of a stage whose call in flight has completed, waiting if needed.
 
     Among completed stages the lowest index is returned. The call stays in flight: collect
@@ -209,12 +201,14 @@ def wait_any_stage(stages: list[Stage], timeout: float | None) -> int:
     profiler, t0 = busy[0].profiler, time.monotonic_ns()
     while True:
         for stage in busy:
-            if stage.done():
+            if pool.idle(stage.workers):
                 if profiler is not None:
                     profiler.caller_waited("wait_any", t0, stage.index)
                 return stage.index
-        handles = [w for s in busy for w in s.workers]
-        if not receive_ready(handles, remaining(deadline)):
+        pool.poll([w for s in busy for w in s.workers], remaining(deadline))
+        if deadline is not None and remaining(deadline) == 0 and not any(
+            pool.idle(s.workers) for s in busy
+        ):
             raise WaitTimeoutError(f"no stage completed within {timeout} s")
 
 

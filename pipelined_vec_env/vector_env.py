@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
-import os
-import sys
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
-import cloudpickle
 import numpy as np
 from gymnasium import Env, Space, spaces
 from gymnasium.error import ClosedEnvironmentError, NoAsyncCallError
@@ -27,19 +23,13 @@ from gymnasium.vector.utils import (
 
 from .batching import batch_slice, check_actions, to_numpy
 from .decoupled import DecoupledState
-from .errors import WaitTimeoutError, WorkerCrashedError
+from .errors import WaitTimeoutError
+from .pool import WorkerPool
 from .profiling import Profiler
-from .protocol import Answer, Command, Crashed, Ok, Raised, Ready, TimedOut
+from .protocol import Answer, Command, Ok
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
-from .worker_handle import (
-    WorkerHandle,
-    close_all,
-    find_dead,
-    raise_worker_error,
-    receive_all,
-    receive_started,
-)
+from .worker_handle import WorkerHandle
 
 __all__ = ["PipelinedVectorEnv"]
 
@@ -91,69 +81,6 @@ def _attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> N
 def _first(space: Space, batch: Any) -> Any:
     """The single item of a batch of one."""
     return next(iter(iterate(batch_space(space, 1), batch)))
-
-
-def _preload_worker_module(ctx: Any) -> None:
-    """Have the fork server import our worker module (numpy, gymnasium ...) once, so each
-    worker forked from it starts in about 0.1 s instead of re-importing them (~1 s).
-
-    Only takes effect if the fork server has not started yet; user preloads are kept.
-    """
-    if ctx.get_start_method() != "forkserver":
-        return
-    from multiprocessing import forkserver
-
-    preload = list(getattr(forkserver._forkserver, "_preload_modules", []))
-    if "pipelined_vec_env.worker" not in preload:
-        ctx.set_forkserver_preload([*preload, "pipelined_vec_env.worker"])
-
-
-def _default_context() -> str:
-    return "forkserver" if sys.platform.startswith("linux") else "spawn"
-
-
-def _resolve_affinity(
-    cpu_affinity: str | Sequence[Sequence[int]] | None, num_workers: int
-) -> list[tuple[int, ...] | None]:
-    if cpu_affinity is None:
-        return [None] * num_workers
-    if cpu_affinity == "auto":
-        if not hasattr(os, "sched_getaffinity"):
-            logger.warning("cpu_affinity='auto' is ignored: os.sched_getaffinity is Linux-only")
-            return [None] * num_workers
-        cores = sorted(os.sched_getaffinity(0))
-        return [(cores[i % len(cores)],) for i in range(num_workers)]
-    if isinstance(cpu_affinity, str) or len(cpu_affinity) != num_workers:
-        raise ValueError(
-            f"cpu_affinity: expected None, 'auto' or one core set per worker "
-            f"({num_workers} workers), got {cpu_affinity!r}"
-        )
-    sets = []
-    for i, cores in enumerate(cpu_affinity):
-        cores = tuple(int(c) for c in cores)
-        if not cores or any(c < 0 for c in cores):
-            raise ValueError(f"cpu_affinity[{i}]: expected a non-empty set of core ids, got {cores}")
-        sets.append(cores)
-    return sets
-
-
-def _ray_handle_factory(
-    ray_options: Any, num_workers: int, autoreset_mode: AutoresetMode, worker_threads: int | None
-) -> Callable[[int, int, tuple[int, ...], bytes], Any]:
-    """A constructor of Ray actor worker handles (imports ray only here)."""
-    try:
-        from .ray_backend import RayOptions, RayWorkerHandle, ensure_ray
-    except ImportError as exc:
-        raise ImportError(
-            "backend='ray' needs Ray: pip install 'pipelined-vec-env[ray]'"
-        ) from exc
-    options = RayOptions.from_value(ray_options)
-    ensure_ray(options, num_workers)
-
-    def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
-        return RayWorkerHandle(index, stage, env_indices, fns, autoreset_mode, worker_threads, options)
-
-    return make
 
 
 class PipelinedVectorEnv(VectorEnv):
@@ -282,7 +209,9 @@ class PipelinedVectorEnv(VectorEnv):
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self.profiler = Profiler(enabled=bool(profile))
-        self._handles: list[WorkerHandle] = []
+        self._pool = WorkerPool(
+            start_timeout=300.0, step_deadline=None, max_restarts=0, profiler=None
+        )
         self._shm_arrays: list[Any] = []
         env_fns = list(env_fns)
         if not env_fns or not all(callable(fn) for fn in env_fns):
@@ -348,54 +277,29 @@ class PipelinedVectorEnv(VectorEnv):
         for s, (lo, hi) in enumerate(split_range(0, num_envs, self.num_stages)):
             n_workers = -(-(hi - lo) // self.envs_per_worker)
             layout.append((s, split_range(lo, hi, n_workers)))
-        num_workers = sum(len(w) for _, w in layout)
-        cores = _resolve_affinity(cpu_affinity, num_workers)
         self.cpu_affinity = cpu_affinity
-        self.stage_slices: tuple[slice, ...] = tuple(
-            slice(w[0][0], w[-1][1]) for _, w in layout
+        self.stage_slices: tuple[slice, ...] = tuple(slice(w[0][0], w[-1][1]) for _, w in layout)
+        self._pool = WorkerPool(
+            start_timeout=self.start_timeout,
+            step_deadline=step_deadline,
+            max_restarts=self.max_restarts,
+            profiler=self.profiler if profile else None,
         )
-        if backend == "ray":
-            make_handle = _ray_handle_factory(ray_options, num_workers, self.autoreset_mode, worker_threads)
-            self.context = None
-        else:
-            ctx = mp.get_context(context or _default_context()) if not hasattr(context, "Process") else context
-            self.context = ctx
-            _preload_worker_module(ctx)
-
-            def make_handle(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
-                return WorkerHandle(
-                    ctx,
-                    index=index,
-                    stage=stage,
-                    env_indices=env_indices,
-                    pickled_env_fns=fns,
-                    autoreset_mode=self.autoreset_mode,
-                    cpu_cores=cores[index],
-                    worker_threads=worker_threads,
-                    daemon=daemon,
-                )
-
         self.closed = False
         try:
-            for s, worker_ranges in layout:
-                for lo, hi in worker_ranges:
-                    self._handles.append(
-                        make_handle(
-                            len(self._handles),
-                            s,
-                            tuple(range(lo, hi)),
-                            cloudpickle.dumps(env_fns[lo:hi]),
-                        )
-                    )
-            if profile:
-                for h in self._handles:
-                    self.profiler.add_worker(h.index, h.stage, h.env_indices)
-                    h.profiler = self.profiler
-            receive_started(self._handles, self.start_timeout)
-            for h in self._handles:  # the first failure, without waiting for the others
-                if h.answer is not None and not isinstance(h.answer, Ready):
-                    raise_worker_error(h, h.take())
-            self._setup_spaces([h.take().description for h in self._handles])
+            self._pool.spawn(
+                layout,
+                env_fns,
+                backend=backend,
+                context=context,
+                cpu_affinity=cpu_affinity,
+                worker_threads=worker_threads,
+                daemon=daemon,
+                autoreset_mode=self.autoreset_mode,
+                ray_options=ray_options,
+            )
+            self.context = self._pool.context
+            self._setup_spaces(self._pool.start())
         except BaseException:
             self.close(terminate=True)
             raise
@@ -404,7 +308,7 @@ class PipelinedVectorEnv(VectorEnv):
             Stage(
                 s,
                 self.stage_slices[s],
-                [h for h in self._handles if h.stage == s],
+                [h for h in self._pool.handles if h.stage == s],
                 profiler=self.profiler if profile else None,
             )
             for s in range(self.num_stages)
@@ -420,12 +324,7 @@ class PipelinedVectorEnv(VectorEnv):
                     "no shared memory layout for %s; observations go through the pipe",
                     self.single_observation_space,
                 )
-        for h in self._handles:
-            h.send(
-                Command.ATTACH,
-                (self.single_observation_space, self._buffers, num_envs),
-                expect_answer=False,
-            )
+        self._pool.attach(self.single_observation_space, self._buffers, num_envs)
         self._decoupled = DecoupledState(self)
         # a call started by call_async: (stages, worker groups, env_indices)
         self._pending_call: tuple[list[Stage], dict[WorkerHandle, list[int]], Any] | None = None
@@ -513,65 +412,27 @@ class PipelinedVectorEnv(VectorEnv):
         failure (not raised), or None."""
         for stage in stages:
             stage.check_wait(op, whole)
-        deadline = self.step_deadline if op in ("step", "reset") else None
-        receive_all([w for s in stages for w in s.workers], timeout, deadline)
+        workers = [w for s in stages for w in s.workers]
+        self._pool.wait(workers, timeout)
+        answers = {w.index: self._pool.take(w) for w in workers}
         if op in ("step", "reset") and self.max_restarts:
             for stage in stages:
                 for w in stage.workers:
-                    if w.answer is not None and not w.answer.ok and w.restarts < self.max_restarts:
-                        w.answer = self._restart(w, op, stage.context)  # retries inside
+                    failure = answers[w.index]
+                    if failure is not None and not failure.ok and w.restarts < self.max_restarts:
+                        answers[w.index] = self._restart(w, failure, op, stage.context)
         collected, error = [], None
         for stage in stages:
-            results, stage_error = stage.finish()
+            results, stage_error = stage.finish(answers)
             collected.append((stage, results))
             error = error or stage_error
         return collected, error
 
-    def _rebuild(self, w: WorkerHandle, op: str) -> Answer:
-        """Rebuild worker ``w`` after the failure in ``w.answer``: start a fresh process and
-        reset all its envs, again while that fails and ``max_restarts`` allows (each try
-        counts). Return the reset's answer (`Ok` of ``(items, infos)``, infos marked
-        ``worker_restarted``) or the last failure.
-
-        The start is bounded by ``start_timeout`` and the reset by ``step_deadline``, so a
-        rebuild never hangs.
-        """
-        while True:
-            failure = w.answer
-            if w.deadline_exceeded:
-                why = f"step_deadline={self.step_deadline} s exceeded"
-            elif isinstance(failure, Raised):
-                why = f"{failure.type_name}: {failure.message}"
-            elif isinstance(failure, TimedOut):
-                why = failure.message
-            else:
-                assert isinstance(failure, Crashed), failure
-                why = f"exit code {failure.exitcode}"
-            logger.warning(
-                "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
-                w.index, list(w.env_indices), op, why, w.restarts + 1, self.max_restarts,
-            )
-            if isinstance(failure, Raised):
-                logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
-            answer = self._start_fresh(w, counted=True)
-            if answer is None:
-                w.send(Command.RESET, [(k, None, None) for k in range(len(w.env_indices))])
-                receive_all([w], None, self.step_deadline)
-                answer = w.take()
-            if answer.ok:
-                break
-            if w.restarts >= self.max_restarts:
-                return answer
-            w.answer, op = answer, "rebuild"
-        items, reset_infos = answer.payload
-        for k in range(len(w.env_indices)):
-            reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
-        return answer
-
-    def _restart(self, w: WorkerHandle, op: str, context: Any) -> Answer:
-        """Rebuild worker ``w`` after a failed ``op``, reset its envs, and return the answer
-        that stands in for the failed one (episodes end with ``truncated=True``)."""
-        answer = self._rebuild(w, op)
+    def _restart(self, w: WorkerHandle, failure: Answer, op: str, context: Any) -> Answer:
+        """Rebuild worker ``w`` after ``failure`` of ``op`` (the pool's restart policy, which
+        retries inside), and return the answer that stands in for the failed one: the
+        reset's for a reset, else a step whose episodes end with ``truncated=True``."""
+        answer = self._pool.rebuild(w, failure, op)
         if not answer.ok:
             return answer
         items, reset_infos = answer.payload
@@ -585,7 +446,7 @@ class PipelinedVectorEnv(VectorEnv):
         n = len(w.env_indices)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             # the truncated step is followed by an autoreset step, as for any episode end
-            w.send(Command.SET_AUTORESET, list(range(n)), expect_answer=False)
+            self._pool.send(w, Command.SET_AUTORESET, list(range(n)))
         elif self.autoreset_mode == AutoresetMode.SAME_STEP:
             # the simulator's last observation is lost: the fresh one stands in as final_obs
             finals = items if items is not None else [self._single_obs(g) for g in w.env_indices]
@@ -618,7 +479,12 @@ class PipelinedVectorEnv(VectorEnv):
     @property
     def restart_counts(self) -> tuple[int, ...]:
         """Restarts so far, per worker."""
-        return tuple(w.restarts for w in self._handles)
+        return tuple(w.restarts for w in self._pool.handles)
+
+    @property
+    def _handles(self) -> list[WorkerHandle]:
+        """The worker handles (the pool's), for tests and benchmarks that inspect them."""
+        return self._pool.handles
 
     # ------------------------------------------------------------------ reset
 
@@ -669,46 +535,10 @@ class PipelinedVectorEnv(VectorEnv):
         return seeds, per_env, mask
 
     def _revive_dead_workers(self, stages: list[Stage], mask: np.ndarray, envs: slice) -> None:
-        """Rebuild the workers of ``stages`` found dead, before a reset of their envs.
-
-        A reset starts every episode over, so a fresh process can take the dead one's
-        place; such a rebuild does not count against ``max_restarts``. It needs the reset
-        to cover all the worker's envs. A worker that died while idle (nothing noticed it
-        yet) is found here too, so the reset does not fail on it.
-
-        Raises:
-            WorkerCrashedError: The reset leaves out some of a dead worker's envs.
-            The env's exception / WorkerCrashedError: The rebuilt worker failed to start.
-        """
-        find_dead([w for s in stages for w in s.workers])
-        for s in stages:
-            for w in s.workers:
-                if not w.dead:
-                    continue
-                if not all(mask[g - envs.start] for g in w.env_indices):
-                    raise WorkerCrashedError(
-                        w.index, w.env_indices, w.process.exitcode,
-                        "a dead worker is rebuilt only by a reset that includes all its envs",
-                    )
-                logger.warning(
-                    "rebuilding dead worker %d (envs %s, exit code %s) for the reset",
-                    w.index, list(w.env_indices), w.process.exitcode,
-                )
-                failed = self._start_fresh(w, counted=False)
-                if failed is not None:
-                    raise_worker_error(w, failed)
-
-    def _start_fresh(self, w: WorkerHandle, counted: bool) -> Answer | None:
-        """Replace worker ``w``'s process with a fresh one (waits for its start-up, at most
-        ``start_timeout``) and attach it to the shared observations; return its failure
-        answer, or None."""
-        w.restart(counted=counted)
-        receive_started([w], self.start_timeout)
-        ready = w.take()
-        if not isinstance(ready, Ready):
-            return ready
-        w.send(Command.ATTACH, (self.single_observation_space, self._buffers, self.num_envs), expect_answer=False)
-        return None
+        """Have the pool rebuild the dead workers of ``stages`` before a reset of the envs
+        of ``envs`` selected by ``mask`` (see `WorkerPool.revive_dead`)."""
+        reset_envs = {g for g in range(envs.start, envs.stop) if mask[g - envs.start]}
+        self._pool.revive_dead([w for s in stages for w in s.workers], reset_envs)
 
     def _single_obs(self, g: int) -> Any:
         """A copy of env ``g``'s observation in shared memory, as a single item."""
@@ -774,12 +604,14 @@ class PipelinedVectorEnv(VectorEnv):
             for w in s.workers:
                 ids = [g for g in w.env_indices if mask[g - envs.start]]
                 if ids:
-                    w.send(
+                    self._pool.send(
+                        w,
                         Command.RESET,
                         [
                             (g - w.env_indices[0], seeds[g - envs.start], per_env[g - envs.start])
                             for g in ids
                         ],
+                        ids,
                     )
                     reset_ids[w.index] = ids
             s.mark("reset", stage is None, context=reset_ids)
@@ -867,7 +699,9 @@ class PipelinedVectorEnv(VectorEnv):
         for s in stages:
             for w in s.workers:
                 lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
-                w.send(Command.STEP, (None, batch_slice(space, batch, slice(lo, hi))))
+                self._pool.send(
+                    w, Command.STEP, (None, batch_slice(space, batch, slice(lo, hi))), w.env_indices
+                )
             s.mark("step", stage is None)
 
     def step_wait(
@@ -938,7 +772,7 @@ class PipelinedVectorEnv(VectorEnv):
             WaitTimeoutError: No stage completed within ``timeout`` seconds.
         """
         self._check_open()
-        return wait_any_stage(list(self.stages), timeout)
+        return wait_any_stage(list(self.stages), self._pool, timeout)
 
     # ------------------------------------------------------------------ decoupled
 
@@ -1077,7 +911,8 @@ class PipelinedVectorEnv(VectorEnv):
         stages = [self.stages[s] for s in {w.stage for w in groups}]
         check_startable(stages, "call", False)
         for w, locals_ in groups.items():
-            w.send(Command.CALL, (name, args, kwargs, locals_))
+            ids = [w.env_indices[k] for k in locals_]
+            self._pool.send(w, Command.CALL, (name, args, kwargs, locals_), ids)
         for s in stages:
             s.mark("call", False)
         self._pending_call = (stages, groups, env_indices)
@@ -1114,7 +949,8 @@ class PipelinedVectorEnv(VectorEnv):
         stages = [self.stages[s] for s in {w.stage for w in groups}]
         check_startable(stages, "set_attr", False)
         for w, locals_ in groups.items():
-            w.send(Command.SET_ATTR, (name, [by_env[w.env_indices[i]] for i in locals_], locals_))
+            ids = [w.env_indices[k] for k in locals_]
+            self._pool.send(w, Command.SET_ATTR, (name, [by_env[g] for g in ids], locals_), ids)
         for s in stages:
             s.mark("set_attr", False)
         self._gather(stages, groups, env_indices)
@@ -1129,7 +965,7 @@ class PipelinedVectorEnv(VectorEnv):
         for g in targets:
             if not isinstance(g, (int, np.integer)) or not 0 <= g < self.num_envs:
                 raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
-            w = self._worker_of(int(g))
+            w = self._pool.worker_of(int(g))
             groups.setdefault(w, []).append(int(g) - w.env_indices[0])
         busy = [w.index for w in groups if self._decoupled.outstanding[w]]
         if busy:
@@ -1137,12 +973,6 @@ class PipelinedVectorEnv(VectorEnv):
                 f"workers {busy} have send/recv commands in flight; recv their results first"
             )
         return groups
-
-    def _worker_of(self, g: int) -> WorkerHandle:
-        for w in self._handles:
-            if w.env_indices[0] <= g <= w.env_indices[-1]:
-                return w
-        raise AssertionError(g)
 
     def _gather(
         self,
@@ -1180,15 +1010,7 @@ class PipelinedVectorEnv(VectorEnv):
             terminate: Terminate the workers at once instead of asking them to close.
         """
         grace = 0.0 if terminate else (5.0 if timeout is None else timeout)
-        try:
-            close_all(self._handles, grace)
-        except Exception:  # close must always return
-            logger.warning("closing the workers failed", exc_info=True)
-            for h in self._handles:
-                try:
-                    h.close(timeout=0.0)
-                except Exception:
-                    logger.warning("closing worker %d failed", h.index, exc_info=True)
+        self._pool.close(grace)
         # drop our views first: a segment with live views cannot be unmapped
         self._obs_view = self._buffers = None
         release(self._shm_arrays)

@@ -1,0 +1,472 @@
+"""`WorkerPool`: the workers of one vector env, their commands in flight and their failures.
+
+The pool is the one place that starts, restarts, rebuilds and stops workers. It keeps
+each worker's queue of commands in flight (`InFlight`: the command, its envs, when it was
+sent) and one `WorkerPool.poll` that returns the answers completed since, applying on one
+clock (each command's own send time) crash detection (the worker's pipe *and* process
+sentinel, see `worker_handle.receive_ready`) and the ``step_deadline`` kill of a worker
+whose ``step``/``reset`` overran. Stage stepping (`stages.py`, `vector_env.py`) sends
+through it and waits until its workers' queues are empty (`WorkerPool.wait`); the restart
+policy (`WorkerPool.rebuild`: a fresh process and a reset of all its envs, retried within
+``max_restarts``) and the rebuild of dead workers before a reset
+(`WorkerPool.revive_dead`) live here too. What a restart means to the caller (a
+truncated step) is the stepping mode's business, not the pool's.
+
+The wire of one worker is its handle (`worker_handle.WorkerHandle`: a pickled pipe, or
+`ray_backend.RayWorkerHandle`: actor calls), used through ``send``, ``pending``/``take``,
+``restart``, ``kill_for_deadline`` and ``close``; the fast-path issue replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from .errors import WaitTimeoutError, WorkerCrashedError
+from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
+from .worker_handle import (
+    WorkerHandle,
+    close_all,
+    deadline_after,
+    find_dead,
+    raise_worker_error,
+    receive_ready,
+    receive_started,
+    remaining,
+)
+
+__all__ = ["InFlight", "WorkerPool", "resolve_affinity"]
+
+logger = logging.getLogger(__name__)
+
+#: Commands ``step_deadline`` applies to.
+_DEADLINE_COMMANDS = frozenset({Command.STEP, Command.RESET})
+
+
+@dataclass
+class InFlight:
+    """One command sent to a worker and not answered yet.
+
+    Attributes:
+        command: What was sent.
+        env_ids: The global ids of the envs it is for.
+        sent_at: When it was sent (``time.monotonic()``); ``step_deadline`` counts from it.
+    """
+
+    command: Command
+    env_ids: tuple[int, ...]
+    sent_at: float
+
+
+def resolve_affinity(
+    cpu_affinity: str | Sequence[Sequence[int]] | None, num_workers: int
+) -> list[tuple[int, ...] | None]:
+    """One core set per worker (or None) for ``cpu_affinity`` (see `PipelinedVectorEnv`).
+
+    Raises:
+        ValueError: Not None, ``"auto"`` or one non-empty set of core ids per worker.
+    """
+    if cpu_affinity is None:
+        return [None] * num_workers
+    if cpu_affinity == "auto":
+        if not hasattr(os, "sched_getaffinity"):
+            logger.warning("cpu_affinity='auto' is ignored: os.sched_getaffinity is Linux-only")
+            return [None] * num_workers
+        cores = sorted(os.sched_getaffinity(0))
+        return [(cores[i % len(cores)],) for i in range(num_workers)]
+    if isinstance(cpu_affinity, str) or len(cpu_affinity) != num_workers:
+        raise ValueError(
+            f"cpu_affinity: expected None, 'auto' or one core set per worker "
+            f"({num_workers} workers), got {cpu_affinity!r}"
+        )
+    sets = []
+    for i, cores in enumerate(cpu_affinity):
+        cores = tuple(int(c) for c in cores)
+        if not cores or any(c < 0 for c in cores):
+            raise ValueError(
+                f"cpu_affinity[{i}]: expected a non-empty set of core ids, got {cores}"
+            )
+        sets.append(cores)
+    return sets
+
+
+def _preload_worker_module(ctx: Any) -> None:
+    """Have the fork server import our worker module (numpy, gymnasium ...) once, so each
+    worker forked from it starts in about 0.1 s instead of re-importing them (~1 s).
+
+    Only takes effect if the fork server has not started yet; user preloads are kept.
+    """
+    if ctx.get_start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    preload = list(getattr(forkserver._forkserver, "_preload_modules", []))
+    if "pipelined_vec_env.worker" not in preload:
+        ctx.set_forkserver_preload([*preload, "pipelined_vec_env.worker"])
+
+
+def _default_context() -> str:
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
+
+
+def _ray_handle_factory(
+    ray_options: Any, num_workers: int, autoreset_mode: Any, worker_threads: int | None
+) -> Callable[[int, int, tuple[int, ...], bytes], Any]:
+    """A constructor of Ray actor worker handles (imports ray only here)."""
+    try:
+        from .ray_backend import RayOptions, RayWorkerHandle, ensure_ray
+    except ImportError as exc:
+        raise ImportError("backend='ray' needs Ray: pip install 'pipelined-vec-env[ray]'") from exc
+    options = RayOptions.from_value(ray_options)
+    ensure_ray(options, num_workers)
+
+    def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
+        return RayWorkerHandle(
+            index, stage, env_indices, fns, autoreset_mode, worker_threads, options
+        )
+
+    return make
+
+
+class WorkerPool:
+    """The workers of one vector env: start, commands in flight, failures, restarts, stop.
+
+    Args:
+        start_timeout: Seconds each worker may take to start and build its envs (at
+            start-up and at every rebuild).
+        step_deadline: Seconds a worker may take to answer a ``step``/``reset``, counted
+            from its send; None: no deadline.
+        max_restarts: Rebuilds allowed per worker by `rebuild`.
+        profiler: The vector env's `Profiler` when profiling is on, else None.
+
+    Attributes:
+        handles: The workers, in global order (stages, then workers within a stage).
+        context: The ``multiprocessing`` context (None with Ray).
+    """
+
+    def __init__(
+        self,
+        *,
+        start_timeout: float,
+        step_deadline: float | None,
+        max_restarts: int,
+        profiler: Any = None,
+    ) -> None:
+        self.start_timeout = start_timeout
+        self.step_deadline = step_deadline
+        self.max_restarts = max_restarts
+        self.profiler = profiler
+        self.handles: list[Any] = []
+        self.context: Any = None
+        self._queues: dict[int, deque[InFlight]] = {}
+        self._answers: dict[int, Answer] = {}
+        self._attach: tuple[Any, Any, int] | None = None
+
+    # ------------------------------------------------------------------ start
+
+    def spawn(
+        self,
+        layout: Sequence[tuple[int, Sequence[tuple[int, int]]]],
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        backend: str,
+        context: Any,
+        cpu_affinity: Any,
+        worker_threads: int | None,
+        daemon: bool,
+        autoreset_mode: Any,
+        ray_options: Any,
+    ) -> None:
+        """Start one worker per env range of ``layout`` (``(stage, [(lo, hi), ...])``), in
+        parallel; `start` then waits for them. Started workers are in `handles` at once,
+        so `close` stops them if a later one fails to start.
+
+        Raises:
+            ValueError: Bad ``cpu_affinity`` or Ray resources (before any worker starts).
+        """
+        num_workers = sum(len(ranges) for _, ranges in layout)
+        cores = resolve_affinity(cpu_affinity, num_workers)
+        if backend == "ray":
+            make = _ray_handle_factory(ray_options, num_workers, autoreset_mode, worker_threads)
+        else:
+            ctx = context if hasattr(context, "Process") else mp.get_context(context or _default_context())
+            self.context = ctx
+            _preload_worker_module(ctx)
+
+            def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
+                return WorkerHandle(
+                    ctx,
+                    index=index,
+                    stage=stage,
+                    env_indices=env_indices,
+                    pickled_env_fns=fns,
+                    autoreset_mode=autoreset_mode,
+                    cpu_cores=cores[index],
+                    worker_threads=worker_threads,
+                    daemon=daemon,
+                )
+
+        for s, ranges in layout:
+            for lo, hi in ranges:
+                index = len(self.handles)
+                handle = make(index, s, tuple(range(lo, hi)), cloudpickle.dumps(env_fns[lo:hi]))
+                self.handles.append(handle)
+                self._queues[index] = deque()
+                if self.profiler is not None:
+                    self.profiler.add_worker(handle.index, handle.stage, handle.env_indices)
+                    handle.profiler = self.profiler
+
+    def start(self) -> list[dict[str, Any]]:
+        """Wait for every worker's start-up (each at most ``start_timeout``).
+
+        Returns:
+            Each worker's `Ready` description, in worker order.
+
+        Raises:
+            WaitTimeoutError / the constructor's exception / WorkerCrashedError: The first
+                worker that failed to start (the others are not waited for).
+        """
+        receive_started(self.handles, self.start_timeout)
+        for h in self.handles:
+            if h.answer is not None and not isinstance(h.answer, Ready):
+                raise_worker_error(h, h.take())
+        return [h.take().description for h in self.handles]
+
+    def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
+        """Tell every worker (and every rebuilt one) where observations go: gymnasium's
+        shared memory ``buffers`` for ``num_envs`` envs of ``space``, or None (the pipe)."""
+        self._attach = (space, buffers, num_envs)
+        for h in self.handles:
+            self.send(h, Command.ATTACH, self._attach)
+
+    def worker_of(self, g: int) -> Any:
+        """The worker holding env ``g``."""
+        for w in self.handles:
+            if w.env_indices[0] <= g <= w.env_indices[-1]:
+                return w
+        raise AssertionError(g)
+
+    # ------------------------------------------------------------------ commands
+
+    def send(self, w: Any, command: Command, payload: Any, env_ids: Sequence[int] = ()) -> None:
+        """Send ``command`` to worker ``w``; its answer is queued for `poll`.
+
+        A worker found dead while sending answers `Crashed` at the next `poll` (so every
+        worker of a call stays in step with the protocol).
+        """
+        if command in NO_ANSWER:
+            w.send(command, payload, expect_answer=False)
+            return
+        self._queues[w.index].append(InFlight(command, tuple(env_ids), time.monotonic()))
+        w.send(command, payload)
+
+    def in_flight(self, w: Any) -> tuple[InFlight, ...]:
+        """Worker ``w``'s commands in flight, oldest first."""
+        return tuple(self._queues[w.index])
+
+    def idle(self, workers: Sequence[Any]) -> bool:
+        """Whether none of ``workers`` has a command in flight."""
+        return not any(self._queues[w.index] for w in workers)
+
+    def poll(self, workers: Sequence[Any], timeout: float | None) -> list[tuple[Any, InFlight]]:
+        """Collect the answers of ``workers`` that complete within ``timeout`` seconds.
+
+        Returns at once when some answer is already there; otherwise waits until one
+        arrives, a worker is found dead (`Crashed`), a ``step_deadline`` overrun kills a
+        worker (its crash is read by the next call), or ``timeout`` passes. Take the
+        answers with `take`.
+
+        Returns:
+            ``(worker, command)`` for each command completed by this call (maybe none).
+        """
+        busy = [w for w in workers if self._queues[w.index]]
+        if not busy:
+            return []
+        if not any(not w.pending for w in busy):
+            receive_ready(busy, self._wait_before(busy, timeout))
+        done = []
+        for w in busy:
+            if not w.pending and w.answer is not None:
+                self._answers[w.index] = w.take()
+                done.append((w, self._queues[w.index].popleft()))
+        return done
+
+    def _wait_before(self, busy: list[Any], timeout: float | None) -> float | None:
+        """Kill the workers of ``busy`` past ``step_deadline``; return how long to wait
+        now: ``timeout`` or until the next overrun, whichever comes first."""
+        if self.step_deadline is None:
+            return timeout
+        now = time.monotonic()
+        wait = timeout
+        for w in busy:
+            head = self._queues[w.index][0]
+            if head.command not in _DEADLINE_COMMANDS or w.deadline_exceeded:
+                continue
+            due = head.sent_at + self.step_deadline
+            if now >= due:
+                logger.warning(
+                    "worker %d overran step_deadline=%.3g s; killing it",
+                    w.index,
+                    self.step_deadline,
+                )
+                w.kill_for_deadline()
+                return 0.0  # its sentinel turns readable: read the crash
+            wait = due - now if wait is None else min(wait, due - now)
+        return wait
+
+    def wait(self, workers: Sequence[Any], timeout: float | None) -> None:
+        """Poll until none of ``workers`` has a command in flight.
+
+        Answers received before a timeout stay in the pool, so a later wait picks up
+        where this one stopped.
+
+        Raises:
+            WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
+        """
+        deadline = deadline_after(timeout)
+        while not self.idle(workers):
+            self.poll(workers, remaining(deadline))
+            if deadline is not None and remaining(deadline) == 0 and not self.idle(workers):
+                waiting = [w.index for w in workers if self._queues[w.index]]
+                raise WaitTimeoutError(
+                    f"worker(s) {waiting} did not answer within {timeout} s; the call stays "
+                    "in flight and a later wait returns its result"
+                )
+
+    def take(self, w: Any) -> Answer | None:
+        """Return and forget worker ``w``'s completed answer (None: it has none)."""
+        return self._answers.pop(w.index, None)
+
+    # ------------------------------------------------------------------ failures
+
+    def find_dead(self, workers: Sequence[Any]) -> None:
+        """Mark dead those of ``workers`` that died while idle (nothing waited on them)."""
+        find_dead(workers)
+
+    def start_fresh(self, w: Any, counted: bool) -> Answer | None:
+        """Replace worker ``w``'s process with a fresh one (its commands in flight are
+        lost), wait for its start-up (at most ``start_timeout``) and attach it to the
+        observations; return its failure answer, or None.
+
+        Args:
+            counted: Count it in ``w.restarts`` (the ``max_restarts`` budget).
+        """
+        self._queues[w.index].clear()
+        self._answers.pop(w.index, None)
+        w.restart(counted=counted)
+        receive_started([w], self.start_timeout)
+        ready = w.take()
+        if not isinstance(ready, Ready):
+            return ready
+        if self._attach is not None:
+            self.send(w, Command.ATTACH, self._attach)
+        return None
+
+    def rebuild(self, w: Any, failure: Answer, op: str) -> Answer:
+        """Rebuild worker ``w`` after ``failure`` (the answer to its ``op``): a fresh
+        process and a reset of all its envs, again while that fails and ``max_restarts``
+        allows (each try counts).
+
+        The start is bounded by ``start_timeout`` and the reset by ``step_deadline``, so a
+        rebuild never hangs.
+
+        Returns:
+            The reset's `Ok` (``(items, infos)``, every env's info marked
+            ``worker_restarted``) or the last failure.
+        """
+        while True:
+            if w.deadline_exceeded:
+                why = f"step_deadline={self.step_deadline} s exceeded"
+            elif isinstance(failure, Raised):
+                why = f"{failure.type_name}: {failure.message}"
+            elif isinstance(failure, TimedOut):
+                why = failure.message
+            else:
+                assert isinstance(failure, Crashed), failure
+                why = f"exit code {failure.exitcode}"
+            logger.warning(
+                "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
+                w.index,
+                list(w.env_indices),
+                op,
+                why,
+                w.restarts + 1,
+                self.max_restarts,
+            )
+            if isinstance(failure, Raised):
+                logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
+            answer = self.start_fresh(w, counted=True)
+            if answer is None:
+                resets = [(k, None, None) for k in range(len(w.env_indices))]
+                self.send(w, Command.RESET, resets, w.env_indices)
+                self.wait([w], None)
+                answer = self.take(w)
+                assert answer is not None
+            if answer.ok:
+                break
+            if w.restarts >= self.max_restarts:
+                return answer
+            failure, op = answer, "rebuild"
+        items, reset_infos = answer.payload
+        for k in range(len(w.env_indices)):
+            reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
+        return answer
+
+    def revive_dead(self, workers: Sequence[Any], reset_envs: set[int]) -> None:
+        """Rebuild those of ``workers`` found dead, before a reset of ``reset_envs``.
+
+        A reset starts every episode over, so a fresh process can take the dead one's
+        place; such a rebuild does not count against ``max_restarts``. It needs the reset
+        to cover all the worker's envs. A worker that died while idle (nothing noticed it
+        yet) is found here too, so the reset does not fail on it.
+
+        Raises:
+            WorkerCrashedError: The reset leaves out some of a dead worker's envs.
+            The env's exception / WorkerCrashedError: The rebuilt worker failed to start.
+        """
+        self.find_dead(workers)
+        for w in workers:
+            if not w.dead:
+                continue
+            if not set(w.env_indices) <= reset_envs:
+                raise WorkerCrashedError(
+                    w.index,
+                    w.env_indices,
+                    w.process.exitcode,
+                    "a dead worker is rebuilt only by a reset that includes all its envs",
+                )
+            logger.warning(
+                "rebuilding dead worker %d (envs %s, exit code %s) for the reset",
+                w.index,
+                list(w.env_indices),
+                w.process.exitcode,
+            )
+            failed = self.start_fresh(w, counted=False)
+            if failed is not None:
+                raise_worker_error(w, failed)
+
+    # ------------------------------------------------------------------ stop
+
+    def close(self, timeout: float) -> None:
+        """Stop every worker in parallel (``timeout`` seconds in all for the polite part,
+        0: terminate at once). Always returns."""
+        try:
+            close_all(self.handles, timeout)
+        except Exception:  # close must always return
+            logger.warning("closing the workers failed", exc_info=True)
+            for h in self.handles:
+                with contextlib.suppress(Exception):
+                    h.close(timeout=0.0)
+        for queue in self._queues.values():
+            queue.clear()
+        self._answers.clear()
