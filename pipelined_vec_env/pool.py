@@ -12,9 +12,9 @@ policy (`WorkerPool.rebuild`: a fresh process and a reset of all its envs, retri
 (`WorkerPool.revive_dead`) live here too. What a restart means to the caller (a
 truncated step) is the stepping mode's business, not the pool's.
 
-The wire of one worker is its handle (`worker_handle.WorkerHandle`: a pickled pipe, or
-`ray_backend.RayWorkerHandle`: actor calls), used through ``send``, ``pending``/``take``,
-``restart``, ``kill_for_deadline`` and ``close``; the fast-path issue replaces it.
+The wire of one worker is its handle, through the small `transport.WorkerTransport`
+interface (`worker_handle.WorkerHandle`: a pickled pipe, or `ray_backend.RayWorkerHandle`:
+actor calls); the fast-path issue replaces the pipe behind it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import cloudpickle
 
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
+from .transport import WorkerTransport
 from .worker_handle import (
     WorkerHandle,
     close_all,
@@ -166,7 +167,7 @@ class WorkerPool:
         self.step_deadline = step_deadline
         self.max_restarts = max_restarts
         self.profiler = profiler
-        self.handles: list[Any] = []
+        self.handles: list[WorkerTransport] = []
         self.context: Any = None
         self._queues: dict[int, deque[InFlight]] = {}
         self._answers: dict[int, Answer] = {}
@@ -199,7 +200,11 @@ class WorkerPool:
         if backend == "ray":
             make = _ray_handle_factory(ray_options, num_workers, autoreset_mode, worker_threads)
         else:
-            ctx = context if hasattr(context, "Process") else mp.get_context(context or _default_context())
+            ctx = (
+                context
+                if hasattr(context, "Process")
+                else mp.get_context(context or _default_context())
+            )
             self.context = ctx
             _preload_worker_module(ctx)
 
@@ -442,14 +447,14 @@ class WorkerPool:
                 raise WorkerCrashedError(
                     w.index,
                     w.env_indices,
-                    w.process.exitcode,
+                    w.exitcode,
                     "a dead worker is rebuilt only by a reset that includes all its envs",
                 )
             logger.warning(
                 "rebuilding dead worker %d (envs %s, exit code %s) for the reset",
                 w.index,
                 list(w.env_indices),
-                w.process.exitcode,
+                w.exitcode,
             )
             failed = self.start_fresh(w, counted=False)
             if failed is not None:

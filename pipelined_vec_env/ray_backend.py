@@ -414,6 +414,11 @@ class RayWorkerHandle:
         self.answer = self.next_answer()
         self.pending = False
 
+    @property
+    def exitcode(self) -> None:
+        """Always None: Ray does not report an actor's exit code."""
+        return None
+
     def take(self) -> Answer:
         """Return and clear the received answer."""
         assert self.answer is not None

@@ -182,6 +182,11 @@ class WorkerHandle:
         self.pending = expect_answer
         self.sent_at = time.monotonic()
 
+    @property
+    def exitcode(self) -> int | None:
+        """The process's exit code (None while it runs)."""
+        return self.process.exitcode
+
     def take(self) -> Answer:
         """Return and clear the received answer."""
         assert self.answer is not None

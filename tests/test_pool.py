@@ -1,0 +1,75 @@
+"""The worker layer: typed protocol answers and the WorkerPool under stage stepping."""
+
+from __future__ import annotations
+
+import pickle
+from functools import partial
+
+import numpy as np
+import pytest
+
+from pipelined_vec_env import WorkerCrashedError
+from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv, UnpicklableError
+from pipelined_vec_env.pool import InFlight
+from pipelined_vec_env.protocol import NO_ANSWER, Command, Ok, Raised, Ready
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_commands_compare_as_their_names_and_answers_pickle():
+    assert Command.STEP == "step" and Command("reset") is Command.RESET
+    assert NO_ANSWER == {"attach", "set_autoreset"}
+    ok = pickle.loads(pickle.dumps(Ok({"a": 1}, (1, 2))))
+    assert isinstance(ok, Ok) and ok.ok and ok.payload == {"a": 1} and ok.times == (1, 2)
+    ready = pickle.loads(pickle.dumps(Ready({"metadata": {}})))
+    assert ready.ok and ready.kind == "ready" and ready.description == {"metadata": {}}
+
+
+def test_raised_rebuilds_the_exception_or_keeps_its_description():
+    try:
+        raise KeyError("missing")
+    except KeyError as exc:
+        raised = pickle.loads(pickle.dumps(Raised.from_exception(exc)))
+    assert not raised.ok and raised.type_name == "builtins.KeyError"
+    assert isinstance(raised.exception(), KeyError) and "raise KeyError" in raised.traceback
+    try:
+        raise UnpicklableError("no pickle")
+    except UnpicklableError as exc:
+        raised = Raised.from_exception(exc)
+    assert raised.pickled is None and raised.exception() is None
+    assert raised.type_name.endswith("UnpicklableError") and raised.message
+
+
+def test_the_pool_queues_each_command_with_its_envs_until_answered(make_pipelined):
+    envs = make_pipelined([partial(CountingEnv, i) for i in range(4)], num_stages=2)
+    envs.reset(seed=0)
+    envs.step_async(np.zeros(2, dtype=np.int64), stage=1)
+    pool = envs._pool
+    stage1 = envs.stages[1].workers
+    queued = [pool.in_flight(w) for w in stage1]
+    assert [[(q.command, q.env_ids) for q in qs] for qs in queued] == [
+        [(Command.STEP, (2,))],
+        [(Command.STEP, (3,))],
+    ]
+    assert all(isinstance(q, InFlight) for qs in queued for q in qs)
+    assert pool.idle(envs.stages[0].workers) and not pool.idle(stage1)
+    envs.step_wait(stage=1)
+    assert pool.idle(stage1)
+
+
+def test_wait_any_kills_a_worker_past_step_deadline(make_pipelined):
+    """One clock for every wait: `wait_any` applies `step_deadline` as `step_wait` does,
+    so a hung stage completes (as a crash) instead of blocking `wait_any`."""
+    envs = make_pipelined(
+        [partial(FaultyEnv, 60.0) for _ in range(2)], num_stages=2, step_deadline=0.5
+    )
+    envs.reset(seed=0)
+    envs.step_async(np.array([FaultyEnv.SLEEP]), stage=0)
+    envs.step_async(np.array([FaultyEnv.NORMAL]), stage=1)
+    first = envs.wait_any(timeout=30)
+    assert first == 1
+    envs.step_wait(stage=1)
+    assert envs.wait_any(timeout=30) == 0
+    with pytest.raises(WorkerCrashedError, match="step_deadline") as info:
+        envs.step_wait(stage=0)
+    assert info.value.env_indices == (0,)
