@@ -42,7 +42,6 @@ from .worker_handle import (
     find_dead,
     raise_worker_error,
     receive_ready,
-    receive_started,
     remaining,
 )
 
@@ -50,7 +49,7 @@ __all__ = ["InFlight", "WorkerPool", "resolve_affinity"]
 
 logger = logging.getLogger(__name__)
 
-#: Commands ``step_deadline`` applies to.
+#: Commands ``step_deadline`` applies to (``start_timeout`` applies to `Command.START`).
 _DEADLINE_COMMANDS = frozenset({Command.STEP, Command.RESET})
 
 
@@ -241,11 +240,38 @@ class WorkerPool:
             WaitTimeoutError / the constructor's exception / WorkerCrashedError: The first
                 worker that failed to start (the others are not waited for).
         """
-        receive_started(self.handles, self.start_timeout)
-        for h in self.handles:
-            if h.answer is not None and not isinstance(h.answer, Ready):
-                raise_worker_error(h, h.take())
-        return [h.take().description for h in self.handles]
+        answers = self._wait_started(self.handles)
+        for h in self.handles:  # the first failure, without waiting for the others
+            answer = answers.get(h.index)
+            if answer is not None and not isinstance(answer, Ready):
+                raise_worker_error(h, answer)
+        return [answers[h.index].description for h in self.handles]
+
+    def _wait_started(self, workers: Sequence[Any]) -> dict[int, Answer]:
+        """Wait for the start-up answers of freshly started ``workers``, each at most
+        ``start_timeout`` from its own start (process start or Ray actor creation, env
+        construction, the `Ready` answer); a worker past it is killed and answers
+        `TimedOut`. Returns once every worker answered, or as soon as one failed (the
+        caller then stops them all). Returns the answers received, by worker index."""
+        now = time.monotonic()
+        for w in workers:
+            w.deadline_exceeded = False
+            self._queues[w.index].append(InFlight(Command.START, w.env_indices, now))
+        answers: dict[int, Answer] = {}
+        while not self.idle(workers):
+            for w, _ in self.poll(workers, None):
+                answer = self.take(w)
+                assert answer is not None
+                if w.deadline_exceeded and isinstance(answer, Crashed):
+                    answer = TimedOut(
+                        f"worker {w.index} (envs {list(w.env_indices)}) did not build its envs "
+                        f"and answer within start_timeout={self.start_timeout:g} s; it was killed"
+                    )
+                    w.deadline_exceeded = False
+                answers[w.index] = answer
+            if any(not a.ok for a in answers.values()):
+                break
+        return answers
 
     def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
         """Tell every worker (and every rebuilt one) where observations go: gymnasium's
@@ -297,7 +323,7 @@ class WorkerPool:
         busy = [w for w in workers if self._queues[w.index]]
         if not busy:
             return []
-        if not any(not w.pending for w in busy):
+        if all(w.pending for w in busy):
             receive_ready(busy, self._wait_before(busy, timeout))
         done = []
         for w in busy:
@@ -306,24 +332,28 @@ class WorkerPool:
                 done.append((w, self._queues[w.index].popleft()))
         return done
 
+    def _limit(self, command: Command) -> tuple[float | None, str]:
+        """The seconds ``command`` may take to be answered, and the setting's name."""
+        if command == Command.START:
+            return self.start_timeout, "start_timeout"
+        if command in _DEADLINE_COMMANDS:
+            return self.step_deadline, "step_deadline"
+        return None, ""
+
     def _wait_before(self, busy: list[Any], timeout: float | None) -> float | None:
-        """Kill the workers of ``busy`` past ``step_deadline``; return how long to wait
-        now: ``timeout`` or until the next overrun, whichever comes first."""
-        if self.step_deadline is None:
-            return timeout
+        """Kill the workers of ``busy`` whose oldest command overran its limit
+        (``start_timeout``, ``step_deadline``); return how long to wait now: ``timeout``
+        or until the next overrun, whichever comes first."""
         now = time.monotonic()
         wait = timeout
         for w in busy:
             head = self._queues[w.index][0]
-            if head.command not in _DEADLINE_COMMANDS or w.deadline_exceeded:
+            limit, name = self._limit(head.command)
+            if limit is None or w.deadline_exceeded:
                 continue
-            due = head.sent_at + self.step_deadline
+            due = head.sent_at + limit
             if now >= due:
-                logger.warning(
-                    "worker %d overran step_deadline=%.3g s; killing it",
-                    w.index,
-                    self.step_deadline,
-                )
+                logger.warning("worker %d overran %s=%.3g s; killing it", w.index, name, limit)
                 w.kill_for_deadline()
                 return 0.0  # its sentinel turns readable: read the crash
             wait = due - now if wait is None else min(wait, due - now)
@@ -369,8 +399,7 @@ class WorkerPool:
         self._queues[w.index].clear()
         self._answers.pop(w.index, None)
         w.restart(counted=counted)
-        receive_started([w], self.start_timeout)
-        ready = w.take()
+        ready = self._wait_started([w])[w.index]
         if not isinstance(ready, Ready):
             return ready
         if self._attach is not None:

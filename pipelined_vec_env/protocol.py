@@ -51,8 +51,12 @@ class Command(StrEnum):
     | `SET_ATTR` | `(name, values, local_indices)` | `None` |
     | `SET_AUTORESET` | local indices (their next step resets) | no answer |
     | `CLOSE` | `None` | `None`, then the worker exits |
+
+    `START` is never sent: it names a worker's start-up in the pool's queue of commands
+    in flight (answered by `Ready`).
     """
 
+    START = "start"
     ATTACH = "attach"
     RESET = "reset"
     STEP = "step"

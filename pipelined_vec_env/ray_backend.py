@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -311,7 +310,7 @@ class RayWorkerHandle:
 
     Same interface as [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] for the
     core (``send``, ``take``, ``restart``, ``close``, ``kill_for_deadline``, ``pending``,
-    ``answer``, ``dead``, ``restarts``, ``sent_at``, ``deadline_exceeded``, ``process``,
+    ``answer``, ``dead``, ``restarts``, ``deadline_exceeded``, ``exitcode``, ``process``,
     ``conn``). Answers are ``ObjectRef``\\ s queued in ``refs`` in submission order.
 
     Attributes:
@@ -349,7 +348,6 @@ class RayWorkerHandle:
         self.pending = False
         self.answer: Answer | None = None
         self.dead = False
-        self.sent_at = time.monotonic()
         self.deadline_exceeded = False
         self.process = _ActorProcess(self)
         pickled_env_fns, autoreset_mode, worker_threads = self._args
@@ -362,7 +360,7 @@ class RayWorkerHandle:
         self.pending = True  # the start-up "ready" answer
 
     def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
-        """Submit one command; its answer is collected by ``receive_all``/``recv``.
+        """Submit one command; its answer is collected by ``receive_ready`` (the pool) or ``recv``.
 
         A worker already known dead answers `Crashed` at once (when an answer
         is expected), as a subprocess worker found dead while sending does.
@@ -380,7 +378,6 @@ class RayWorkerHandle:
         if command not in NO_ANSWER:
             self.refs.append(ref)
         self.pending = expect_answer
-        self.sent_at = time.monotonic()
 
     def next_answer(self) -> Answer:
         """Pop the oldest outstanding ref and return its answer (blocks until ready).

@@ -4,7 +4,7 @@ Two implementations today: `worker_handle.WorkerHandle` (a subprocess and a pick
 pipe; the pipe's reads and the process sentinel are watched together, so a dead worker is
 noticed at once) and `ray_backend.RayWorkerHandle` (a Ray actor; each command is an actor
 call whose ``ObjectRef`` is the answer). Waiting on several workers at once goes through
-`worker_handle.receive_ready` / `receive_started` / `find_dead` / `close_all`, which pick
+`worker_handle.receive_ready` / `find_dead` / `close_all`, which pick
 the backend's own wait (``select.poll`` or ``ray.wait``). The fast-path issue replaces
 the pipe with shared-memory slots behind this same interface.
 """

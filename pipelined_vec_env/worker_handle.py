@@ -36,9 +36,7 @@ __all__ = [
     "find_dead",
     "poll_fds",
     "raise_worker_error",
-    "receive_all",
     "receive_ready",
-    "receive_started",
     "remaining",
     "uses_ray",
     "wait_readable",
@@ -107,7 +105,6 @@ class WorkerHandle:
         self.pending = False
         self.answer: Answer | None = None
         self.dead = False
-        self.sent_at = time.monotonic()
         self.deadline_exceeded = False
         pickled_env_fns, autoreset_mode, cpu_cores, worker_threads = self._args
         forked = self._ctx.get_start_method() == "fork"
@@ -139,8 +136,7 @@ class WorkerHandle:
     def restart(self, counted: bool = True) -> None:
         """Kill this worker's process (if alive) and start a fresh one for the same envs.
 
-        The new process answers with its start-up ``ready`` message (collect it with
-        [`receive_all`][pipelined_vec_env.worker_handle.receive_all]).
+        The new process answers `Ready` at start-up (the pool waits for it).
 
         Args:
             counted: Count it in ``restarts`` (the ``max_restarts`` budget); False for
@@ -161,7 +157,7 @@ class WorkerHandle:
             self.process.kill()
 
     def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
-        """Send one command; the answer is collected by [`receive_all`][pipelined_vec_env.worker_handle.receive_all].
+        """Send one command; its answer is collected by `receive_ready` (through the pool).
 
         A worker found dead here is not reported at once: its answer is recorded as a
         crash, so the matching wait reports it (and the other workers of the call stay in
@@ -180,7 +176,6 @@ class WorkerHandle:
             self.pending = False
             return
         self.pending = expect_answer
-        self.sent_at = time.monotonic()
 
     @property
     def exitcode(self) -> int | None:
@@ -415,86 +410,6 @@ def remaining(deadline: float | None) -> float | None:
 def deadline_after(timeout: float | None) -> float | None:
     """The ``time.monotonic()`` value ``timeout`` seconds from now, or None."""
     return None if timeout is None else time.monotonic() + timeout
-
-
-def receive_all(
-    handles: list[WorkerHandle],
-    timeout: float | None,
-    step_deadline: float | None = None,
-    deadline_name: str = "step_deadline",
-    until_failure: bool = False,
-) -> None:
-    """Wait until every pending handle in ``handles`` has an answer (or is found dead).
-
-    Answers received before a timeout are kept on the handles, so a later call picks up
-    where this one stopped: nothing is lost and nothing stale is returned.
-
-    Args:
-        handles: Handles to wait for; those not pending are ignored.
-        timeout: Seconds to wait in all, or None to wait while the workers are alive.
-        step_deadline: Seconds a worker may take to answer, counted from when its command
-            was sent; a worker past it is killed (and so answers as crashed). None: no
-            deadline.
-        deadline_name: What ``step_deadline`` is called in the warning logged for a kill.
-        until_failure: Return as soon as some handle holds a failure answer (the others
-            stay pending).
-
-    Raises:
-        WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
-    """
-    deadline = deadline_after(timeout)
-    while True:
-        pending = [h for h in handles if h.pending]
-        if not pending:
-            return
-        if until_failure and any(
-            h.answer is not None and not h.answer.ok for h in handles
-        ):
-            return
-        wait_for = remaining(deadline)
-        if step_deadline is not None:
-            now = time.monotonic()
-            for h in pending:
-                if now - h.sent_at >= step_deadline and not h.deadline_exceeded:
-                    logger.warning(
-                        "worker %d overran %s=%.3g s; killing it",
-                        h.index,
-                        deadline_name,
-                        step_deadline,
-                    )
-                    h.kill_for_deadline()
-            left = [h.sent_at + step_deadline - now for h in pending if not h.deadline_exceeded]
-            if left:
-                soonest = max(0.0, min(left))
-                wait_for = soonest if wait_for is None else min(wait_for, soonest)
-        if not receive_ready(handles, wait_for) and deadline is not None and remaining(deadline) == 0:
-            waiting = [h.index for h in handles if h.pending]
-            raise WaitTimeoutError(
-                f"worker(s) {waiting} did not answer within {timeout} s; the call stays "
-                "in flight and a later wait returns its result"
-            )
-
-
-def receive_started(handles: list[Any], start_timeout: float) -> None:
-    """Wait for the start-up answers of freshly started workers, each at most ``start_timeout``.
-
-    The workers start in parallel; each gets ``start_timeout`` seconds from its own start
-    (process start or Ray actor creation, env construction, the ``ready`` answer). A
-    worker past it is killed and its answer becomes `TimedOut`, which
-    `raise_worker_error` raises as `WaitTimeoutError`. Returns once every handle has an
-    answer (a killed worker's death is seen at once), or as soon as one has failed (an
-    env constructor raised, a worker died or timed out): the caller then stops them all.
-    """
-    for h in handles:
-        h.deadline_exceeded = False
-    receive_all(handles, None, start_timeout, "start_timeout", until_failure=True)
-    for h in handles:
-        if h.deadline_exceeded and isinstance(h.answer, Crashed):
-            h.answer = TimedOut(
-                f"worker {h.index} (envs {list(h.env_indices)}) did not build its envs and "
-                f"answer within start_timeout={start_timeout:g} s; it was killed",
-            )
-            h.deadline_exceeded = False
 
 
 def describe_failure(handle: Any, answer: Answer) -> str:
