@@ -15,9 +15,13 @@ but `Command.ATTACH` and `Command.SET_AUTORESET` gets exactly one answer:
 | `Crashed` | the caller found the worker dead | its exit code (None: unknown, e.g. Ray) |
 | `TimedOut` | a worker did not start in `start_timeout` | the message to raise |
 
-`Crashed` and `TimedOut` never travel on the wire: the caller's side makes them. Answers
-pickle as a class reference and their fields (`__reduce__`), a few bytes more than the
-string-tagged tuples they replace.
+`Crashed` and `TimedOut` never travel on the wire: the caller's side makes them. On the
+subprocess pipe an answer travels as a small tuple with an int tag (`to_wire`, decoded
+by `from_wire`). Measured for a one-env step answer (`timeit`, pickle protocol 5, a
+loaded 2-core machine): the string-tagged tuple this replaces 51 bytes, 0.54 us to pickle
+and 0.67 us to unpickle; pickling the `Ok` object itself (a class reference) 85 bytes,
+2.19 / 2.28 us; `to_wire` / `from_wire` 48 bytes, 1.02 / 1.17 us (building the objects
+included). Ray actors return the answer objects as they are.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ __all__ = [
     "Raised",
     "Ready",
     "TimedOut",
+    "from_wire",
+    "to_wire",
 ]
 
 
@@ -208,3 +214,33 @@ class TimedOut:
 
 #: Any answer of the protocol.
 Answer = Ok | Ready | Raised | Crashed | TimedOut
+
+
+_OK, _READY, _RAISED = 0, 1, 2
+
+
+def to_wire(answer: Ok | Ready | Raised) -> tuple[Any, ...]:
+    """The compact tuple that carries ``answer`` through a pipe (see `from_wire`)."""
+    if isinstance(answer, Ok):
+        if answer.times is None:
+            return (_OK, answer.payload)
+        return (_OK, answer.payload, answer.times)
+    if isinstance(answer, Ready):
+        return (_READY, answer.description)
+    return (_RAISED, answer.pickled, answer.type_name, answer.message, answer.traceback)
+
+
+def from_wire(message: tuple[Any, ...]) -> Ok | Ready | Raised:
+    """The answer that `to_wire` encoded as ``message``.
+
+    Raises:
+        ValueError: Not an encoded answer.
+    """
+    tag = message[0]
+    if tag == _OK:
+        return Ok(message[1], message[2] if len(message) > 2 else None)
+    if tag == _READY:
+        return Ready(message[1])
+    if tag == _RAISED:
+        return Raised(*message[1:])
+    raise ValueError(f"not a protocol answer: tag {tag!r}")

@@ -43,7 +43,7 @@ from gymnasium.vector.utils import (
 )
 
 from .main_module import install_lazy_main, load_main
-from .protocol import Answer, Command, Ok, Raised, Ready
+from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -407,10 +407,10 @@ def worker_main(
         env_fns = cloudpickle.loads(pickled_env_fns)
         envs = _WorkerEnvs([build_env(fn) for fn in env_fns], env_indices, autoreset_mode)
         _limit_torch_threads(worker_threads)
-        conn.send(Ready(_describe(envs.envs)))
+        send(conn, to_wire(Ready(_describe(envs.envs))))
     except BaseException as exc:  # report start-up failures, then exit
         try:
-            send(conn, Raised.from_exception(exc))
+            send(conn, to_wire(Raised.from_exception(exc)))
         finally:
             conn.close()
         return
@@ -480,9 +480,9 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
         if timed and isinstance(answer, Ok):
             answer.times = (started, time.monotonic_ns())
         try:
-            send_answer(conn, answer)
+            send_answer(conn, to_wire(answer))
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
             # the result could not be pickled; nothing was written to the pipe yet
-            send(conn, Raised.from_exception(exc))
+            send(conn, to_wire(Raised.from_exception(exc)))
         if command == Command.CLOSE and answer.ok:
             return

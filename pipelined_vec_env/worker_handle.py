@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
 from .main_module import main_reference
-from .protocol import Answer, Command, Crashed, Raised, TimedOut
+from .protocol import Answer, Command, Crashed, Raised, TimedOut, from_wire
 from .worker import send, worker_main
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class WorkerHandle:
         The worker's start and finish times that ride on an `Ok` answer go to the
         profiler (when on).
         """
-        answer = pickle.loads(self.conn.recv_bytes())
+        answer = from_wire(pickle.loads(self.conn.recv_bytes()))
         if self.profiler is not None:
             self.profiler.answer_received(self.index, answer.kind, getattr(answer, "times", None))
         return answer

@@ -11,7 +11,7 @@ import pytest
 from pipelined_vec_env import WorkerCrashedError
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv, UnpicklableError
 from pipelined_vec_env.pool import InFlight
-from pipelined_vec_env.protocol import NO_ANSWER, Command, Ok, Raised, Ready
+from pipelined_vec_env.protocol import NO_ANSWER, Command, Ok, Raised, Ready, from_wire, to_wire
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,6 +23,18 @@ def test_commands_compare_as_their_names_and_answers_pickle():
     assert isinstance(ok, Ok) and ok.ok and ok.payload == {"a": 1} and ok.times == (1, 2)
     ready = pickle.loads(pickle.dumps(Ready({"metadata": {}})))
     assert ready.ok and ready.kind == "ready" and ready.description == {"metadata": {}}
+    # the pipe's compact encoding gives back the same answers
+    wire = from_wire(pickle.loads(pickle.dumps(to_wire(Ok([1.0], (3, 4))))))
+    assert isinstance(wire, Ok) and wire.payload == [1.0] and wire.times == (3, 4)
+    assert from_wire(to_wire(Ok(None))).times is None
+    assert from_wire(to_wire(Ready({"spec": None}))).description == {"spec": None}
+    raised = from_wire(to_wire(Raised(None, "builtins.OSError", "disk", "tb")))
+    assert isinstance(raised, Raised) and (raised.type_name, raised.traceback) == (
+        "builtins.OSError",
+        "tb",
+    )
+    with pytest.raises(ValueError, match="not a protocol answer"):
+        from_wire(("ok", None))
 
 
 def test_raised_rebuilds_the_exception_or_keeps_its_description():
