@@ -453,17 +453,15 @@ class InferenceChannel:
         a run.
         """
         state = envs._decoupled
-        busy = [w for w, queue in state.outstanding.items() if queue] if self._at_env else []
+        busy = state.busy_workers() if self._at_env else []
         deadline = deadline_after(timeout)
         t0 = time.monotonic_ns()
         while True:
-            env_ready, woken = self._poll(busy, state.wait_before(busy, deadline))
+            env_ready, woken = self._poll(busy, state.wait_before(busy, remaining(deadline)))
             if env_ready or woken:
                 if envs.profiler.enabled:  # the driver idled, waiting for envs or actors
                     envs.profiler.caller_waited("channel wait", t0)
                 return env_ready, woken
-            if state.kill_overdue(busy):
-                return True, False
             if deadline is not None and remaining(deadline) == 0:
                 return False, False
 
@@ -849,8 +847,7 @@ class InferenceChannel:
 
 def _envs_in_flight(envs: PipelinedVectorEnv) -> bool:
     """Whether ``envs`` has decoupled steps or results not yet received."""
-    state = envs._decoupled
-    return bool(state.in_flight or state.ready)
+    return envs._decoupled.has_results()
 
 
 _RAY_POLL_SECONDS = 0.002

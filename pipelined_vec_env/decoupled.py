@@ -14,35 +14,61 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import concatenate, create_empty_array, write_to_shared_memory
+from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .batching import batch_slice, check_actions, to_numpy
+from .batching import InfoBatch, batch_slice, check_actions, to_numpy
 from .errors import WaitTimeoutError, WorkerCrashedError
+from .pool import InFlight, WorkerPool
 from .protocol import Answer, Command, Crashed, Ok
-from .worker_handle import (
-    WorkerHandle,
-    deadline_after,
-    describe_failure,
-    raise_worker_error,
-    remaining,
-    wait_readable,
-)
+from .worker_handle import deadline_after, describe_failure, raise_worker_error, remaining
 
-if TYPE_CHECKING:
-    from .vector_env import PipelinedVectorEnv
-
-__all__ = ["DecoupledState"]
+__all__ = ["DecoupledState", "ObservationStore"]
 
 logger = logging.getLogger(__name__)
 
 
+class ObservationStore(Protocol):
+    """The vector env's observations, as decoupled stepping reads and writes them.
+
+    Attributes:
+        shared: Observations live in shared memory (the workers write them; answers
+            carry none), else they come as items in the answers.
+    """
+
+    shared: bool
+
+    def single(self, g: int) -> Any:
+        """A copy of env ``g``'s observation in shared memory, as a single item."""
+
+    def write(self, g: int, item: Any) -> None:
+        """Write ``item`` as env ``g``'s observation into shared memory."""
+
+    def rows(self, ids: np.ndarray) -> Any:
+        """A batch (copies) of the observations in shared memory of the envs ``ids``."""
+
+    def keep(self, g: int, item: Any) -> None:
+        """Remember ``item`` as env ``g``'s latest observation (no shared memory)."""
+
+
 class DecoupledState:
     """Per-env bookkeeping of decoupled stepping for one [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv].
+
+    The commands themselves are the pool's: each ``send`` is a `WorkerPool.send` per
+    worker (several may be queued on one worker) and ``recv`` takes answers through
+    `WorkerPool.poll`, which applies crash detection and ``step_deadline`` on the pool's
+    one clock.
+
+    Args:
+        env: The vector env (its public settings: spaces, ``num_envs``, ``stages``,
+            ``autoreset_mode``, ``max_restarts``, ``profiler``).
+        pool: Its `WorkerPool`.
+        observations: Its observation storage.
 
     Attributes:
         in_flight: Global ids of envs with a command in flight.
@@ -55,25 +81,19 @@ class DecoupledState:
             ends the episode the old process lost.
     """
 
-    def __init__(self, env: PipelinedVectorEnv) -> None:
+    def __init__(self, env: Any, pool: WorkerPool, observations: ObservationStore) -> None:
         self.env = env
+        self.pool = pool
+        self.observations = observations
         self.active = False
         self.in_flight: set[int] = set()
         self.received: set[int] = set()
         self.ready: deque[tuple[int, Any, float, bool, bool, list[dict]]] = deque()
         self.restarted: dict[int, tuple[Any, list[dict]]] = {}
-        self.outstanding: dict[WorkerHandle, deque[list[int]]] = {
-            w: deque() for w in env._handles
-        }
-        # when each worker's oldest outstanding command started (for step_deadline)
-        self.head_since: dict[WorkerHandle, float] = {}
+        # the workers decoupled stepping sent commands to (stage calls use the others)
+        self._workers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ checks
-
-    def busy_envs(self, envs: slice) -> set[int]:
-        """Ids in ``envs`` that are in flight or received-not-sent in decoupled mode."""
-        ids = set(range(envs.start, envs.stop))
-        return (self.in_flight | self.received | {r[0] for r in self.ready}) & ids
 
     def check_free(self, envs: slice, op: str) -> None:
         """Refuse a stage ``op`` on envs that decoupled stepping is driving.
@@ -101,27 +121,46 @@ class DecoupledState:
                 self.restarted.pop(g, None)
             self.active = bool(self.in_flight or self.received or self.ready)
 
-    # ------------------------------------------------------------------ API
+    def check_can_reset(self) -> None:
+        """Refuse an ``async_reset`` while stage calls or decoupled commands are in flight.
 
-    def async_reset(self, seed: Any, options: Any) -> None:
-        env = self.env
-        env._check_open()
-        if any(s.state is not None for s in env.stages):
-            busy = [s.index for s in env.stages if s.state is not None]
+        Raises:
+            RuntimeError: A stage has a call in flight, or envs are in flight from ``send``.
+        """
+        stages = self.env.stages
+        if any(s.state is not None for s in stages):
+            busy = [s.index for s in stages if s.state is not None]
             raise RuntimeError(f"async_reset: stages {busy} have calls in flight; wait for them first")
         if self.in_flight or self.ready:
             raise RuntimeError(
                 "async_reset: envs are still in flight from send/recv; recv them first"
             )
-        seeds, per_env, mask = env._reset_arguments(seed, options, slice(0, env.num_envs))
-        if not mask.all():
-            raise ValueError("async_reset: options['reset_mask'] is not supported; reset all envs")
-        env._revive_dead_workers(list(env.stages), mask, slice(0, env.num_envs))
-        for w in env._handles:
+
+    def drives(self, w: Any) -> bool:
+        """Whether worker ``w`` has decoupled commands in flight."""
+        return w.index in self._workers and not self.pool.idle([w])
+
+    def has_results(self) -> bool:
+        """Whether envs are in flight or have results not returned by ``recv`` yet."""
+        return bool(self.in_flight or self.ready)
+
+    def busy_workers(self) -> list[Any]:
+        """The workers with decoupled commands in flight."""
+        return self.pool.busy(list(self._workers.values()))
+
+    def wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
+        """How long a wait on ``workers`` may last (see `WorkerPool.wait_before`: workers
+        past ``step_deadline`` are killed, their crash is read by the next ``recv``)."""
+        return self.pool.wait_before(workers, timeout)
+
+    # ------------------------------------------------------------------ API
+
+    def async_reset(self, seeds: list[Any], per_env: list[dict[str, Any] | None]) -> None:
+        """Send a reset of every env (checked arguments, one per env; see `check_can_reset`)."""
+        env = self.env
+        for w in self.pool.handles:
             requests = [(g - w.env_indices[0], seeds[g], per_env[g]) for g in w.env_indices]
-            w.send(Command.RESET, requests, expect_answer=False)
-            self.outstanding[w].append(list(w.env_indices))
-            self.head_since[w] = time.monotonic()
+            self._send(w, Command.RESET, requests, w.env_indices)
         for s in env.stages:
             s.recover()
         self.in_flight = set(range(env.num_envs))
@@ -131,7 +170,6 @@ class DecoupledState:
 
     def send(self, actions: Any, env_ids: Any) -> None:
         env = self.env
-        env._check_open()
         ids = np.asarray(env_ids).reshape(-1)
         if ids.dtype.kind not in "iu":
             raise ValueError(f"env_ids: expected integer env ids, got dtype {ids.dtype}")
@@ -145,25 +183,21 @@ class DecoupledState:
             )
         batch = check_actions(env.single_action_space, to_numpy(actions), len(id_list))
         space = env.single_action_space
-        by_worker: dict[WorkerHandle, list[int]] = {}
+        by_worker: dict[Any, list[int]] = {}
         for pos, g in enumerate(id_list):
             if g in self.restarted:  # its simulator is gone: this step ends the episode
                 self._end_restarted_episode(g, self.restarted.pop(g))
                 continue
-            by_worker.setdefault(env._pool.worker_of(g), []).append(pos)
+            by_worker.setdefault(self.pool.worker_of(g), []).append(pos)
         for w, positions in by_worker.items():
             rows = _take(space, batch, positions)
             locals_ = [id_list[p] - w.env_indices[0] for p in positions]
-            w.send(Command.STEP, (locals_, rows), expect_answer=False)
-            if not self.outstanding[w]:
-                self.head_since[w] = time.monotonic()
-            self.outstanding[w].append([id_list[p] for p in positions])
+            self._send(w, Command.STEP, (locals_, rows), [id_list[p] for p in positions])
         self.received.difference_update(id_list)
         self.in_flight.update(id_list[p] for positions in by_worker.values() for p in positions)
 
     def recv(self, batch_size: int | None, timeout: float | None):
         env = self.env
-        env._check_open()
         if not self.active:
             raise NoAsyncCallError("recv without a prior async_reset", "recv")
         want = 1 if batch_size is None else int(batch_size)
@@ -188,105 +222,64 @@ class DecoupledState:
 
     # ------------------------------------------------------------------ internals
 
+    def _send(self, w: Any, command: Command, payload: Any, env_ids: Sequence[int]) -> None:
+        self._workers[w.index] = w
+        self.pool.send(w, command, payload, env_ids)
+
     def _collect(self, timeout: float | None) -> bool:
-        """Receive every answer readable within ``timeout``; False if none arrived."""
-        busy = [w for w, queue in self.outstanding.items() if queue]
+        """Take every answer that arrives within ``timeout`` (and those already there
+        with it); False if none arrived."""
+        busy = self.busy_workers()
         if not busy:
             return True
-        got = False
-        error: BaseException | None = None
         deadline = deadline_after(timeout)
         while True:
-            workers = wait_readable(busy, self.wait_before(busy, deadline))
-            if workers:
+            done = self.pool.poll(busy, remaining(deadline))
+            if done or (deadline is not None and remaining(deadline) == 0):
                 break
-            if self.kill_overdue(busy):
-                continue  # their sentinels turn readable: read the crash
-            if deadline is not None and remaining(deadline) == 0:
-                break
-        for w in workers:
-            while self.outstanding[w]:
-                if w.conn.poll(0):
-                    try:
-                        answer = w.recv_answer()
-                    except (EOFError, OSError):
-                        w._mark_dead()
-                        answer = Crashed(w.process.exitcode)
-                elif not w.process.is_alive():
-                    w._mark_dead()
-                    answer = Crashed(w.process.exitcode)
-                else:
-                    break
-                got = True
-                if not answer.ok and 0 < self.env.max_restarts and w.restarts < self.env.max_restarts:
-                    try:
-                        self._restart(w, answer, self._drop_outstanding(w))
-                    except BaseException as exc:  # noqa: BLE001 - raised below
-                        error = error or exc
-                    break
-                if isinstance(answer, Crashed):
-                    self._drop_outstanding(w)
-                    self.env.stages[w.stage].fail(w, describe_failure(w, answer))
-                    error = error or WorkerCrashedError(w.index, w.env_indices, w.process.exitcode)
-                    break
-                ids = self.outstanding[w].popleft()
-                self.head_since[w] = time.monotonic()  # the next queued command runs now
-                self.in_flight.difference_update(ids)
-                if not isinstance(answer, Ok):
-                    self.env.stages[w.stage].fail(w, describe_failure(w, answer))
-                    try:
-                        raise_worker_error(w, answer)
-                    except BaseException as exc:  # noqa: BLE001 - raised below
-                        error = error or exc
-                    continue
-                self._unpack(ids, answer.payload)
+        got = bool(done)
+        error: BaseException | None = None
+        while done:
+            for w, command in done:
+                answer = self.pool.take(w)
+                assert answer is not None
+                try:
+                    self._take_answer(w, command, answer)
+                except BaseException as exc:  # noqa: BLE001 - raised below
+                    error = error or exc
+            done = self.pool.poll(self.busy_workers(), 0.0)  # the answers already there
+        for index in [i for i, w in self._workers.items() if self.pool.idle([w])]:
+            del self._workers[index]
         if error is not None:
             raise error
         return got
 
-    def _drop_outstanding(self, w: WorkerHandle) -> list[int]:
-        """Forget every command of ``w`` still outstanding (its process is gone or about
-        to be); return the ids of the envs they were for."""
-        lost = [g for q in self.outstanding[w] for g in q]
-        self.outstanding[w].clear()
+    def _take_answer(self, w: Any, command: InFlight, answer: Answer) -> None:
+        """File one answer of worker ``w``: results become ready; a failure restarts the
+        worker within ``max_restarts`` or is raised."""
+        env = self.env
+        ids = list(command.env_ids)
+        self.in_flight.difference_update(ids)
+        if not answer.ok and 0 < env.max_restarts and w.restarts < env.max_restarts:
+            self._restart(w, answer, ids + self._drop(w))
+            return
+        if isinstance(answer, Crashed):
+            self._drop(w)
+            env.stages[w.stage].fail(w, describe_failure(w, answer))
+            raise WorkerCrashedError(w.index, w.env_indices, w.exitcode)
+        if not isinstance(answer, Ok):
+            env.stages[w.stage].fail(w, describe_failure(w, answer))
+            raise_worker_error(w, answer)
+        self._unpack(ids, answer.payload)
+
+    def _drop(self, w: Any) -> list[int]:
+        """Forget every command of ``w`` still in flight (its process is gone or about to
+        be); return the ids of the envs they were for."""
+        lost = [g for c in self.pool.drop(w) for g in c.env_ids]
         self.in_flight.difference_update(lost)
         return lost
 
-    def wait_before(self, busy: list[WorkerHandle], deadline: float | None) -> float | None:
-        """Seconds to wait now for ``busy``: until the caller's ``deadline`` (a
-        ``time.monotonic()`` value or None) or the first ``step_deadline`` overrun."""
-        wait = remaining(deadline)
-        overdue_at = self.overdue_at(busy)
-        if overdue_at is not None:
-            left = max(0.0, overdue_at - time.monotonic())
-            wait = left if wait is None else min(wait, left)
-        return wait
-
-    def overdue_at(self, busy: list[WorkerHandle]) -> float | None:
-        """The ``time.monotonic()`` at which the first of ``busy`` overruns ``step_deadline``
-        with its oldest outstanding command (None: no deadline, or all already killed)."""
-        limit = self.env.step_deadline
-        if limit is None:
-            return None
-        times = [self.head_since[w] + limit for w in busy if not w.deadline_exceeded]
-        return min(times) if times else None
-
-    def kill_overdue(self, busy: list[WorkerHandle]) -> bool:
-        """Kill the workers of ``busy`` past ``step_deadline``; their crash is then read
-        like any other (restart or error). Return whether any was killed."""
-        limit = self.env.step_deadline
-        if limit is None:
-            return False
-        now = time.monotonic()
-        killed = False
-        for w in busy:
-            if not w.deadline_exceeded and now >= self.head_since[w] + limit:
-                logger.warning("worker %d overran step_deadline=%.3g s; killing it", w.index, limit)
-                w.kill_for_deadline()
-                killed = True
-        return killed
-
-    def _restart(self, w: WorkerHandle, failure: Answer, lost: list[int]) -> None:
+    def _restart(self, w: Any, failure: Answer, lost: list[int]) -> None:
         """Rebuild worker ``w`` after ``failure`` and end its envs' episodes.
 
         Envs whose command was lost get a truncated result at once; the others (results
@@ -298,37 +291,37 @@ class DecoupledState:
                 or to reset.
         """
         env = self.env
-        shm = env._buffers is not None
+        store = self.observations
         mine = set(w.env_indices)
         # results already here keep their observations: the fresh reset overwrites the rows
-        kept = {e[0]: env._single_obs(e[0]) for e in self.ready if shm and e[0] in mine}
-        answer = env._pool.rebuild(w, failure, "step")
+        kept = {e[0]: store.single(e[0]) for e in self.ready if store.shared and e[0] in mine}
+        answer = self.pool.rebuild(w, failure, "step")
         if not answer.ok:
-            self.env.stages[w.stage].fail(w, describe_failure(w, answer))
+            env.stages[w.stage].fail(w, describe_failure(w, answer))
             raise_worker_error(w, answer)
         items, reset_infos = answer.payload
         if env.autoreset_mode == AutoresetMode.NEXT_STEP:
             # the truncated step is followed by an autoreset step, as for any episode end
-            w.send(Command.SET_AUTORESET, list(range(len(w.env_indices))), expect_answer=False)
+            self.pool.send(w, Command.SET_AUTORESET, list(range(len(w.env_indices))))
         for k, g in enumerate(w.env_indices):
-            obs = items[k] if items is not None else env._single_obs(g)
+            obs = items[k] if items is not None else store.single(g)
             infos = reset_infos[k]
             if env.autoreset_mode == AutoresetMode.SAME_STEP:
                 # the simulator's last observation is lost: the fresh one stands in
                 infos = [{"final_obs": obs, "final_info": {"worker_restarted": True}}, *infos]
             if g in lost:
-                self.ready.append((g, None if shm else obs, 0.0, False, True, infos))
+                self.ready.append((g, None if store.shared else obs, 0.0, False, True, infos))
             else:
                 self.restarted[g] = (obs, infos)
         for g, obs in kept.items():
-            write_to_shared_memory(env.single_observation_space, g, obs, env._buffers)
+            store.write(g, obs)
 
     def _end_restarted_episode(self, g: int, fresh: tuple[Any, list[dict]]) -> None:
         """Queue the truncated result of env ``g`` whose worker was rebuilt since its last
         result: reward 0, ``truncated=True``, the fresh observation."""
         obs, infos = fresh
-        if self.env._buffers is not None:
-            write_to_shared_memory(self.env.single_observation_space, g, obs, self.env._buffers)
+        if self.observations.shared:
+            self.observations.write(g, obs)
             obs = None
         self.ready.append((g, obs, 0.0, False, True, infos))
 
@@ -345,19 +338,17 @@ class DecoupledState:
             )
 
     def _pop_all(self):
-        from .vector_env import _InfoBatch
-
         env = self.env
+        store = self.observations
         entries = list(self.ready)
         self.ready.clear()
         ids = np.array([e[0] for e in entries], dtype=np.int64)
         space = env.single_observation_space
-        if env._buffers is not None:
-            view = env._shared_view()
-            obs = _take(space, view, list(ids))
+        if store.shared:
+            obs = store.rows(ids)
         else:
             for e in entries:
-                env._env_obs[e[0]] = e[1]
+                store.keep(e[0], e[1])
             obs = concatenate(
                 space, [e[1] for e in entries], create_empty_array(space, n=len(entries), fn=np.zeros)
             )
@@ -365,10 +356,10 @@ class DecoupledState:
         terminations = np.array([e[3] for e in entries], dtype=np.bool_)
         truncations = np.array([e[4] for e in entries], dtype=np.bool_)
         infos: dict[str, Any] = {}
-        batcher = _InfoBatch(len(entries))
+        batcher = InfoBatch(len(entries))
         for k, e in enumerate(entries):
             for info in e[5]:
-                infos = batcher._add_info(infos, info, k)
+                infos = batcher.add(infos, info, k)
         infos["env_id"] = ids
         infos["_env_id"] = np.ones(len(entries), dtype=np.bool_)
         self.received.update(int(i) for i in ids)

@@ -60,7 +60,9 @@ class InFlight:
     Attributes:
         command: What was sent.
         env_ids: The global ids of the envs it is for.
-        sent_at: When it was sent (``time.monotonic()``); ``step_deadline`` counts from it.
+        sent_at: When the worker could start it (``time.monotonic()``): its send, or the
+            answer to the command queued before it, whichever is later;
+            ``step_deadline`` counts from it.
     """
 
     command: Command
@@ -169,7 +171,7 @@ class WorkerPool:
         self.handles: list[WorkerTransport] = []
         self.context: Any = None
         self._queues: dict[int, deque[InFlight]] = {}
-        self._answers: dict[int, Answer] = {}
+        self._answers: dict[int, deque[Answer]] = {}
         self._attach: tuple[Any, Any, int] | None = None
 
     # ------------------------------------------------------------------ start
@@ -320,17 +322,38 @@ class WorkerPool:
         Returns:
             ``(worker, command)`` for each command completed by this call (maybe none).
         """
-        busy = [w for w in workers if self._queues[w.index]]
+        busy = self.busy(workers)
         if not busy:
             return []
-        if all(w.pending for w in busy):
-            receive_ready(busy, self._wait_before(busy, timeout))
+        if all(w.answer is None for w in busy):
+            receive_ready(busy, self.wait_before(busy, timeout))
         done = []
+        now = time.monotonic()
         for w in busy:
-            if not w.pending and w.answer is not None:
-                self._answers[w.index] = w.take()
-                done.append((w, self._queues[w.index].popleft()))
+            if w.answer is None and w.dead and not w.pending:
+                answer: Answer = Crashed(w.exitcode)  # a command sent after its death
+            elif w.answer is not None:
+                answer = w.take()
+            else:
+                continue
+            self._answers.setdefault(w.index, deque()).append(answer)
+            queue = self._queues[w.index]
+            done.append((w, queue.popleft()))
+            if queue and queue[0].sent_at < now:  # the next queued command runs from now
+                queue[0].sent_at = now
         return done
+
+    def busy(self, workers: Sequence[Any]) -> list[Any]:
+        """Those of ``workers`` with commands in flight."""
+        return [w for w in workers if self._queues[w.index]]
+
+    def drop(self, w: Any) -> list[InFlight]:
+        """Forget worker ``w``'s commands in flight and unread answers (its process is
+        gone, or about to be replaced); return the commands, oldest first."""
+        lost = list(self._queues[w.index])
+        self._queues[w.index].clear()
+        self._answers.pop(w.index, None)
+        return lost
 
     def _limit(self, command: Command) -> tuple[float | None, str]:
         """The seconds ``command`` may take to be answered, and the setting's name."""
@@ -340,13 +363,15 @@ class WorkerPool:
             return self.step_deadline, "step_deadline"
         return None, ""
 
-    def _wait_before(self, busy: list[Any], timeout: float | None) -> float | None:
-        """Kill the workers of ``busy`` whose oldest command overran its limit
-        (``start_timeout``, ``step_deadline``); return how long to wait now: ``timeout``
-        or until the next overrun, whichever comes first."""
+    def wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
+        """Kill those of ``workers`` whose oldest command overran its limit
+        (``start_timeout``, ``step_deadline``); return how long to wait now for them:
+        ``timeout`` or until the next overrun, whichever comes first (0 after a kill:
+        the killed worker's crash is read next). For a wait that watches more than the
+        pool's workers (the inference channel's)."""
         now = time.monotonic()
         wait = timeout
-        for w in busy:
+        for w in self.busy(workers):
             head = self._queues[w.index][0]
             limit, name = self._limit(head.command)
             if limit is None or w.deadline_exceeded:
@@ -379,8 +404,9 @@ class WorkerPool:
                 )
 
     def take(self, w: Any) -> Answer | None:
-        """Return and forget worker ``w``'s completed answer (None: it has none)."""
-        return self._answers.pop(w.index, None)
+        """Return and forget worker ``w``'s oldest completed answer (None: it has none)."""
+        answers = self._answers.get(w.index)
+        return answers.popleft() if answers else None
 
     # ------------------------------------------------------------------ failures
 

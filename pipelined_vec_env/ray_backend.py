@@ -278,40 +278,13 @@ class _ActorProcess:
         self._handle.kill()
 
 
-class _RefConnection:
-    """A ``Connection``-like view of an actor's queue of answers (``poll``/``recv``), so
-    code written against a worker's pipe reads the actor's answers in the same order."""
-
-    def __init__(self, handle: RayWorkerHandle) -> None:
-        self._handle = handle
-
-    def poll(self, timeout: float | None = 0.0) -> bool:
-        """Whether the oldest outstanding answer is ready (waiting up to ``timeout`` s)."""
-        queue = self._handle.refs
-        if not queue:
-            return False
-        ready, _ = ray.wait([queue[0]], num_returns=1, timeout=timeout)
-        return bool(ready)
-
-    def recv(self) -> Answer:
-        """Return the oldest outstanding answer.
-
-        Raises:
-            EOFError: The actor is dead (as a closed pipe does).
-        """
-        answer = self._handle.next_answer()
-        if isinstance(answer, Crashed):
-            raise EOFError(f"worker {self._handle.index}'s actor is dead")
-        return answer
-
-
 class RayWorkerHandle:
     """The caller's side of one worker running as a Ray actor.
 
-    Same interface as [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] for the
-    core (``send``, ``take``, ``restart``, ``close``, ``kill_for_deadline``, ``pending``,
-    ``answer``, ``dead``, ``restarts``, ``deadline_exceeded``, ``exitcode``, ``process``,
-    ``conn``). Answers are ``ObjectRef``\\ s queued in ``refs`` in submission order.
+    Implements `transport.WorkerTransport`, as the subprocess
+    [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] does (plus ``process``,
+    for the actor's pid). Answers are ``ObjectRef``\\ s queued in ``refs`` in submission
+    order; each one not received yet counts as an expected answer (``pending``).
 
     Attributes:
         backend: ``"ray"`` (how [`receive_ready`][pipelined_vec_env.worker_handle.receive_ready]
@@ -341,11 +314,9 @@ class RayWorkerHandle:
         self.restarts = 0
         self._args = (pickled_env_fns, autoreset_mode, worker_threads)
         self._options = options
-        self.conn = _RefConnection(self)
         self._start()
 
     def _start(self) -> None:
-        self.pending = False
         self.answer: Answer | None = None
         self.dead = False
         self.deadline_exceeded = False
@@ -356,8 +327,12 @@ class RayWorkerHandle:
             .options(**self._options.actor_kwargs(self.index))
             .remote(self.index, pickled_env_fns, self.env_indices, autoreset_mode, worker_threads)
         )
-        self.refs: deque[Any] = deque([self.actor.start.remote()])
-        self.pending = True  # the start-up "ready" answer
+        self.refs: deque[Any] = deque([self.actor.start.remote()])  # the "ready" answer
+
+    @property
+    def pending(self) -> bool:
+        """Whether answers are expected and not all received yet (refs outstanding)."""
+        return bool(self.refs)
 
     def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
         """Submit one command; its answer is collected by ``receive_ready`` (the pool) or ``recv``.
@@ -366,18 +341,15 @@ class RayWorkerHandle:
         is expected), as a subprocess worker found dead while sending does.
         """
         if self.dead:
-            if command not in NO_ANSWER and not expect_answer:
-                # decoupled sends read answers from the queue: the dead actor's ref says so
-                self.refs.append(self.actor.handle.remote(command, payload))
-            self.answer = Crashed(None) if expect_answer else None
-            self.pending = False
+            if expect_answer and command not in NO_ANSWER and self.answer is None:
+                self.answer = Crashed(None)
+            self.refs.clear()
             return
         if self.profiler is not None:
             self.profiler.command_sent(self.index, command)
         ref = self.actor.handle.remote(command, payload)
-        if command not in NO_ANSWER:
+        if command not in NO_ANSWER and expect_answer:
             self.refs.append(ref)
-        self.pending = expect_answer
 
     def next_answer(self) -> Answer:
         """Pop the oldest outstanding ref and return its answer (blocks until ready).
@@ -394,22 +366,14 @@ class RayWorkerHandle:
         except RayActorError as exc:
             logger.debug("worker %d's actor died: %s", self.index, exc)
             self.dead = True
+            self.refs.clear()  # the later answers are lost with the actor
             return Crashed(None)
         except RayError as exc:
             return Raised.from_exception(exc)
 
-    def recv_answer(self) -> Answer:
-        """Return the oldest outstanding answer (blocks until ready).
-
-        Raises:
-            EOFError: The actor is dead (as a closed pipe does).
-        """
-        return self.conn.recv()
-
     def receive(self) -> None:
-        """Store the oldest answer in ``answer`` and clear ``pending``."""
+        """Store the oldest outstanding answer in ``answer``."""
         self.answer = self.next_answer()
-        self.pending = False
 
     @property
     def exitcode(self) -> None:
@@ -515,7 +479,7 @@ def ray_receive_ready(handles: Sequence[RayWorkerHandle], timeout: float | None)
     Returns:
         True if some answer arrived (or nothing was pending), False on timeout.
     """
-    heads = {h.refs[0]: h for h in handles if h.pending and h.refs}
+    heads = {h.refs[0]: h for h in handles if h.refs and h.answer is None}
     if not heads:
         return True
     ready, rest = ray.wait(list(heads), num_returns=1, timeout=timeout)

@@ -26,8 +26,10 @@ class WorkerTransport(Protocol):
         stage: The stage it belongs to.
         env_indices: Global indices of its envs.
         restarts: Counted restarts so far (the ``max_restarts`` budget).
-        pending: An answer is expected and was not received yet.
-        answer: The received answer, until `take` (None: none).
+        pending: Answers are expected and not all received yet (several commands may be
+            in flight: decoupled stepping queues them).
+        answer: The oldest received answer, until `take` (None: none); the next one is
+            read only after it was taken.
         dead: The worker was found dead.
         deadline_exceeded: It was killed for overrunning its deadline.
         exitcode: Its exit code once dead (None: alive, or unknown as with Ray).

@@ -19,9 +19,10 @@ from gymnasium.vector.utils import (
     create_empty_array,
     iterate,
     read_from_shared_memory,
+    write_to_shared_memory,
 )
 
-from .batching import batch_slice, check_actions, to_numpy
+from .batching import InfoBatch, batch_slice, check_actions, to_numpy
 from .decoupled import DecoupledState
 from .errors import WaitTimeoutError
 from .pool import WorkerPool
@@ -36,22 +37,39 @@ __all__ = ["PipelinedVectorEnv"]
 logger = logging.getLogger(__name__)
 
 
-class _InfoBatch:
-    """Merges per-env info dicts into a batch of ``num_envs`` with gymnasium's own rules."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-
-
-def _add_env_info(infos: Any, info: dict[str, Any], i: int, batcher: _InfoBatch) -> Any:
+def _add_env_info(infos: Any, info: dict[str, Any], i: int, batcher: InfoBatch) -> Any:
     """Add env ``i``'s ``info`` to ``infos``: a list of per-env dicts (``info_layout=
     "per_env"``, updated in place) or gymnasium's batched dict (merged)."""
     if isinstance(infos, list):
         infos[i].update(info)
         return infos
-    return batcher._add_info(infos, info, i)
+    return batcher.add(infos, info, i)
+
+
+class _Observations:
+    """A vector env's observation storage, as decoupled stepping uses it (see
+    `decoupled.ObservationStore`)."""
+
+    def __init__(self, env: PipelinedVectorEnv) -> None:
+        self._env = env
+
+    @property
+    def shared(self) -> bool:
+        return self._env._buffers is not None
+
+    def single(self, g: int) -> Any:
+        return self._env._single_obs(g)
+
+    def write(self, g: int, item: Any) -> None:
+        env = self._env
+        write_to_shared_memory(env.single_observation_space, g, item, env._buffers)
+
+    def rows(self, ids: np.ndarray) -> Any:
+        env = self._env
+        return batch_slice(env.single_observation_space, env._shared_view(), ids)
+
+    def keep(self, g: int, item: Any) -> None:
+        self._env._env_obs[g] = item
 
 
 def _views_stay_valid(space: Space) -> bool:
@@ -325,7 +343,7 @@ class PipelinedVectorEnv(VectorEnv):
                     self.single_observation_space,
                 )
         self._pool.attach(self.single_observation_space, self._buffers, num_envs)
-        self._decoupled = DecoupledState(self)
+        self._decoupled = DecoupledState(self, self._pool, _Observations(self))
         # a call started by call_async: (stages, worker groups, env_indices)
         self._pending_call: tuple[list[Stage], dict[WorkerHandle, list[int]], Any] | None = None
         self._obs_view = None
@@ -644,7 +662,7 @@ class PipelinedVectorEnv(VectorEnv):
         n = envs.stop - envs.start
         real = np.zeros(n, dtype=np.bool_)
         infos = self._empty_infos(n)
-        batcher = _InfoBatch(n)
+        batcher = InfoBatch(n)
         for s, results in collected:
             reset_ids = contexts[s.index]
             # a failed worker whose envs were all reset is healthy again
@@ -738,7 +756,7 @@ class PipelinedVectorEnv(VectorEnv):
         terminations = np.zeros(n, dtype=np.bool_)
         truncations = np.zeros(n, dtype=np.bool_)
         infos = self._empty_infos(n)
-        batcher = _InfoBatch(n)
+        batcher = InfoBatch(n)
         for _, results in collected:
             for worker, (items, rew, term, trunc, env_infos) in results:
                 lo = worker.env_indices[0] - envs.start
@@ -792,7 +810,14 @@ class PipelinedVectorEnv(VectorEnv):
             RuntimeError: A stage has a call in flight, or envs are still in flight from
                 an earlier ``send``.
         """
-        self._decoupled.async_reset(seed, options)
+        self._check_open()
+        self._decoupled.check_can_reset()
+        everything = slice(0, self.num_envs)
+        seeds, per_env, mask = self._reset_arguments(seed, options, everything)
+        if not mask.all():
+            raise ValueError("async_reset: options['reset_mask'] is not supported; reset all envs")
+        self._revive_dead_workers(list(self.stages), mask, everything)
+        self._decoupled.async_reset(seeds, per_env)
 
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
@@ -817,6 +842,7 @@ class PipelinedVectorEnv(VectorEnv):
                 ``info["worker_restarted"]``; a sibling not in flight gets that result
                 from its next [`send`][pipelined_vec_env.PipelinedVectorEnv.send] (docs/fault_tolerance.md).
         """
+        self._check_open()
         return self._decoupled.recv(batch_size, timeout)
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
@@ -831,6 +857,7 @@ class PipelinedVectorEnv(VectorEnv):
             ValueError: Unknown, duplicate or not-received ids, or bad actions (before any
                 worker is touched).
         """
+        self._check_open()
         self._decoupled.send(actions, env_ids)
 
     # ------------------------------------------------------------------ calls
@@ -967,7 +994,7 @@ class PipelinedVectorEnv(VectorEnv):
                 raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
             w = self._pool.worker_of(int(g))
             groups.setdefault(w, []).append(int(g) - w.env_indices[0])
-        busy = [w.index for w in groups if self._decoupled.outstanding[w]]
+        busy = [w.index for w in groups if self._decoupled.drives(w)]
         if busy:
             raise RuntimeError(
                 f"workers {busy} have send/recv commands in flight; recv their results first"

@@ -71,8 +71,10 @@ class WorkerHandle:
         index: Worker index (global, across stages).
         env_indices: Global indices of its envs.
         stage: The stage it belongs to.
-        pending: A command was sent and its answer not received yet.
-        answer: A received answer not consumed yet (a `pipelined_vec_env.protocol`
+        pending: Answers are expected (commands were sent) and not all received yet.
+        expected: How many answers are expected and not received yet (several when
+            decoupled stepping queues commands on the worker).
+        answer: The oldest received answer not consumed yet (a `pipelined_vec_env.protocol`
             answer: `Ok`, `Ready`, `Raised`, `Crashed` or `TimedOut`).
         profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
             every send, answer, restart, deadline kill and death.
@@ -102,7 +104,7 @@ class WorkerHandle:
         self._start()
 
     def _start(self) -> None:
-        self.pending = False
+        self.expected = 0
         self.answer: Answer | None = None
         self.dead = False
         self.deadline_exceeded = False
@@ -131,7 +133,12 @@ class WorkerHandle:
             with _main_module_hidden():
                 self.process.start()
         child_conn.close()
-        self.pending = True  # the start-up "ready" message
+        self.expected = 1  # the start-up "ready" message
+
+    @property
+    def pending(self) -> bool:
+        """Whether answers are expected and not all received yet."""
+        return self.expected > 0
 
     def restart(self, counted: bool = True) -> None:
         """Kill this worker's process (if alive) and start a fresh one for the same envs.
@@ -172,10 +179,11 @@ class WorkerHandle:
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
         if self.dead:
-            self.answer = Crashed(self.process.exitcode) if expect_answer else None
-            self.pending = False
+            if expect_answer and self.answer is None:
+                self.answer = Crashed(self.process.exitcode)
+            self.expected = 0
             return
-        self.pending = expect_answer
+        self.expected += int(expect_answer)
 
     @property
     def exitcode(self) -> int | None:
@@ -215,10 +223,11 @@ class WorkerHandle:
     def _receive(self) -> None:
         try:
             self.answer = self.recv_answer()
+            self.expected -= 1
         except (EOFError, ConnectionResetError, OSError):
             self._mark_dead()
             self.answer = Crashed(self.process.exitcode)
-        self.pending = False
+            self.expected = 0
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the process: ask politely, then terminate, then kill. Always returns."""
@@ -328,6 +337,9 @@ def _wait_all_sentinels(handles: list[WorkerHandle], timeout: float) -> None:
 def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     """Wait until at least one pending handle in ``handles`` has an answer or is found dead.
 
+    A handle holds one received answer at a time: one whose ``answer`` was not taken yet
+    is not read again.
+
     Watches each pending worker's pipe and process sentinel (see [`poll_fds`][pipelined_vec_env.worker_handle.poll_fds]).
 
     Args:
@@ -343,7 +355,7 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
         return ray_receive_ready(handles, timeout)
     by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
     for h in handles:
-        if h.pending:
+        if h.pending and h.answer is None:
             by_fd[h.conn.fileno()] = (h, True)
             by_fd[h.process.sentinel] = (h, False)
     if not by_fd:
@@ -351,14 +363,14 @@ def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
     ready_fds = poll_fds(list(by_fd), timeout)
     for fd in ready_fds:
         h, is_conn = by_fd[fd]
-        if not h.pending:
+        if not h.pending or h.answer is not None:
             continue
         if is_conn or h.conn.poll(0):
             h._receive()
         else:  # sentinel ready and nothing to read: the process is gone
             h._mark_dead()
             h.answer = Crashed(h.process.exitcode)
-            h.pending = False
+            h.expected = 0
     return bool(ready_fds)
 
 
@@ -370,9 +382,10 @@ def uses_ray(handles: Sequence[Any]) -> bool:
 def wait_readable(handles: Sequence[Any], timeout: float | None) -> set[Any]:
     """Those of ``handles`` with an answer to read (or found dead) within ``timeout`` s.
 
-    Used by decoupled receives, which read several queued answers per worker through
-    ``handle.conn``; subprocess handles are polled on their pipe and process sentinel,
-    Ray handles with ``ray.wait`` on their oldest outstanding answer.
+    Reads nothing (the pool's poll reads the answers); used by the inference channel's
+    wait on the env workers and its wake pipe together. Subprocess handles are polled on
+    their pipe and process sentinel, Ray handles with ``ray.wait`` on their oldest
+    outstanding answer.
     """
     if uses_ray(handles):
         from .ray_backend import ray_wait_readable

@@ -85,3 +85,28 @@ def test_wait_any_kills_a_worker_past_step_deadline(make_pipelined):
     with pytest.raises(WorkerCrashedError, match="step_deadline") as info:
         envs.step_wait(stage=0)
     assert info.value.env_indices == (0,)
+
+
+def test_decoupled_sends_queue_on_the_pool_and_answer_in_order(make_pipelined):
+    """Decoupled stepping is per-env bookkeeping over the pool: two sends to one worker
+    are two commands in its queue (each with its envs), taken in order by `recv`."""
+    envs = make_pipelined(
+        [partial(CountingEnv, i, episode_length=50) for i in range(2)], envs_per_worker=2
+    )
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=2, timeout=30)
+    (worker,) = envs._handles
+    pool = envs._pool
+    assert pool.idle([worker])
+    envs.send(np.array([1]), env_ids=[1])
+    envs.send(np.array([0]), env_ids=[0])
+    assert [(q.command, q.env_ids) for q in pool.in_flight(worker)] == [
+        (Command.STEP, (1,)),
+        (Command.STEP, (0,)),
+    ]
+    with pytest.raises(RuntimeError, match="send/recv commands in flight"):
+        envs.call("get_wrapper_attr", "env_id")
+    obs, rewards, *_, infos = envs.recv(batch_size=2, timeout=30)
+    assert infos["env_id"].tolist() == [1, 0]
+    assert rewards.tolist() == [1 + 1 + 0.01, 1 + 0 + 0.0]
+    assert pool.idle([worker])
