@@ -1,19 +1,28 @@
-"""Train the reference PPO on one LIBERO task with a 2-stage pipelined rollout.
+"""The main job: PPO fine-tuning of a behaviour-cloned policy on one LIBERO task.
 
-With no arguments this is a ~10-minute CPU run (2 cores are enough): one libero_object
-task, 4 state-only envs in 2 pipeline stages, action chunks of 4, dense goal shaping,
-7.5 minutes of training. It
-shows progress, evaluates from fixed init states at the end (sparse success rate, plus an
-mp4 when offscreen OpenGL is available), and prints the run directory, the shaped return
-curve's start and end, the success rate and the throughput.
+With no arguments this is one run of at most ``--budget-minutes`` 15 for the whole
+command on a 2-core CPU, in five steps:
 
-A 10-minute CPU run shows learning signal in the shaped return, not solved tasks: expect
-a success rate near 0. A real run wants many more envs, stages and steps, usually
-cameras, and a GPU for the policy, e.g.::
+1. demos: a scripted expert (privileged sim state) plays ``--demo-init-states`` (8 init
+   states, no noise), collected through a `PipelinedVectorEnv`;
+2. BC: the PPO actor is cloned on them (goal features, a 2x128 MLP);
+3. evaluate: the BC policy, deterministic, on ``--eval-init-states`` (20 init states no
+   demo used), on the training envs' workers in parallel;
+4. PPO fine-tuning from the BC weights on the training init states (value warm-up, a low
+   per-dimension std, a KL pull to the BC policy that decays), 2-stage pipelined rollout,
+   until the deadline leaves just enough time for
+5. evaluate: the same 20 init states.
 
-    python examples/train_libero.py --num-envs 32 --num-stages 4 --envs-per-worker 2 \
-        --total-timesteps 5000000 --cameras agentview wrist --chunk-size 8 \
-        --hidden-sizes 256 256 --max-minutes None --eval-every 50
+It prints the success rate before and after RL and writes, in the run directory,
+``summary.json`` (``eval_success_rate_initial``, ``eval_success_rate_final``,
+``eval_episodes``, phase wall times), ``learning_curve.png`` (success rate and return
+against env steps), ``videos/`` (an evaluation episode before and after), the demos, the
+BC checkpoint and the trainer's checkpoints and TensorBoard files.
+
+``--from-scratch`` is the other recipe: no demos and no BC, PPO from a random policy
+(no KL, no warm-up); in minutes on a CPU it shows a shaped return rising and a success
+rate near 0. ``--bc-control`` is the control of the fine-tuning: the same demos and
+evaluations, but the minutes RL would get go to a longer BC run instead.
 
 Every ``TrainConfig`` field is a flag (``--help``), plus the LIBERO ones below.
 """
@@ -25,20 +34,30 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 import tyro
 
 from reference_trainer.config import TrainConfig
 from reference_trainer.train import train
 
+SUMMARY_KEYS = ("eval_success_rate_initial", "eval_success_rate_final", "eval_episodes")
+"""Keys of ``summary.json`` that outside checks read."""
+
 
 @dataclass
 class LiberoTrainConfig(TrainConfig):
-    """PPO on one LIBERO task (defaults: a ~10-minute run on a 2-core CPU)."""
+    """LIBERO main job: demos -> BC -> evaluate -> PPO fine-tuning -> evaluate, <= 15 min on 2 CPUs.
+
+    --from-scratch: PPO from a random policy instead (no demos, no BC); --bc-control: the
+    RL minutes go to a longer BC run instead (the control of the fine-tuning).
+    """
 
     env_id: str = "libero"
     """Label of the run (the env comes from --suite and --task-id)."""
@@ -48,8 +67,11 @@ class LiberoTrainConfig(TrainConfig):
     """LIBERO suite."""
     task_id: int = 0
     """Task index within the suite."""
-    chunk_size: int = 4
+    chunk_size: int = 1
     """Actions per policy decision (action chunk K), executed inside the env worker."""
+    state_features: Literal["goal", "full", "both"] = "goal"
+    """State observation: goal features (23 privileged values about the goal object and
+    target), the full state vector, or both (see docs/libero.md)."""
     cameras: tuple[Literal["agentview", "wrist"], ...] = ()
     """Camera observations for the CNN (empty: state only, ~10x faster on CPU)."""
     image_size: int = 128
@@ -60,18 +82,53 @@ class LiberoTrainConfig(TrainConfig):
     """Multiplier of the shaping term."""
     horizon: int | None = None
     """Primitive steps before truncation (None: the suite's evaluation horizon)."""
+    train_init_states: str = "0:30"
+    """Init states training episodes start from (at random), e.g. '0:30'."""
+    eval_init_states: str = "30:50"
+    """Init states of the evaluations, one episode each (default: 20 no demo used);
+    --eval-episodes is set from it."""
 
+    # -- the main job's steps --------------------------------------------------------------
+    from_scratch: bool = False
+    """PPO from a random policy: no demos, no BC, no KL, no value warm-up."""
+    bc_control: bool = False
+    """Control run: demos, BC, evaluate, then the minutes RL would get go to a second,
+    longer BC run (no early stop before the deadline), then evaluate; no RL."""
+    budget_minutes: float | None = 15.0
+    """One deadline for the whole command (demos, BC, evaluations, training); None: the
+    other limits (--total-timesteps, --max-minutes) alone."""
+    demo_init_states: str = "0:8"
+    """Init states the expert demonstrates (one episode each)."""
+    demo_noise_std: float = 0.0
+    """DART noise on xyz while collecting demos (0: clean demos, a middling BC policy)."""
+    bc_max_epochs: int = 400
+    """Most BC epochs."""
+    bc_patience: int = 40
+    """BC stops after this many epochs without a better held-out action error."""
+
+    # -- PPO, fine-tuning defaults ---------------------------------------------------------
     num_envs: int = 4
     num_stages: int = 2
-    num_steps: int = 32
-    total_timesteps: int = 60_000
+    num_steps: int = 64
+    total_timesteps: int = 400_000
+    learning_rate: float = 1e-4
+    anneal_lr: bool = False
     num_minibatches: int = 4
-    update_epochs: int = 10
+    update_epochs: int = 4
+    target_kl: float | None = 0.02
     hidden_sizes: tuple[int, ...] = (128, 128)
     init_log_std: float = -0.5
-    max_minutes: float | None = 7.5
-    eval_episodes: int = 5
-    video_fps: int = 5
+    init_log_std_per_dim: tuple[float, ...] = (-3.0, -3.0, -3.0, -3.9, -3.9, -3.9, -3.9)
+    explore_dims: tuple[int, ...] = (0, 1, 2)
+    actor_learning_rate: float | None = 3e-5
+    value_warmup_iterations: int = 5
+    kl_coef: float = 1.0
+    kl_decay: float = 0.99
+    freeze_obs_norm: bool = True
+    eval_at_start: bool = True
+    max_minutes: float | None = None
+    eval_episodes: int = 20
+    video_fps: int = 20
     checkpoint_every: int = 20
 
 
@@ -79,17 +136,19 @@ def _make_libero_env(
     suite: str,
     task_id: int,
     chunk_size: int,
+    state_features: str,
     cameras: tuple[str, ...],
     image_size: int,
     reward_type: str,
     shaping_scale: float,
     horizon: int | None,
     render: bool,
+    init_state_ids: tuple[int, ...] | None = None,
 ) -> gym.Env:
     from pipelined_vec_env.libero.env import LiberoEnv
     from pipelined_vec_env.wrappers.action_chunk import ActionChunk
 
-    env = LiberoEnv(
+    env: gym.Env = LiberoEnv(
         suite,
         task_id,
         cameras=cameras,
@@ -97,14 +156,55 @@ def _make_libero_env(
         reward_type=reward_type,
         shaping_scale=shaping_scale,
         horizon=horizon,
+        state_features=state_features,
         render_mode="rgb_array" if render else None,
     )
-    return ActionChunk(env, chunk_size)
+    if init_state_ids:
+        env = RandomInitStates(env, init_state_ids)
+    return ActionChunk(env, chunk_size) if chunk_size > 1 else env
+
+
+class RandomInitStates(gym.Wrapper):
+    """Start each episode from an init state drawn from ``init_state_ids`` (the env's RNG).
+
+    An explicit ``options["init_state_id"]`` (evaluation) wins; so training can keep
+    away from the evaluation's init states.
+
+    Args:
+        env: a `LiberoEnv`.
+        init_state_ids: the allowed ids (non-empty).
+
+    Raises:
+        ValueError: if ``init_state_ids`` is empty.
+    """
+
+    def __init__(self, env: gym.Env, init_state_ids: Sequence[int]) -> None:
+        super().__init__(env)
+        if not init_state_ids:
+            raise ValueError("init_state_ids: expected at least one id")
+        self.init_state_ids = [int(k) for k in init_state_ids]
+        self._rng = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        """Reset to a random allowed init state unless ``options`` names one."""
+        options = dict(options or {})
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        if options.get("init_state_id") is None:
+            pick = int(self._rng.integers(len(self.init_state_ids)))
+            options["init_state_id"] = self.init_state_ids[pick]
+        return self.env.reset(seed=seed, options=options)
+
+
+def _ids(text: str) -> tuple[int, ...]:
+    from pipelined_vec_env.libero.collect import parse_init_states
+
+    return tuple(parse_init_states(text))
 
 
 @dataclass
 class LiberoEnvFactory:
-    """The LIBERO part of the trainer: build chunked LIBERO envs, fix eval init states."""
+    """The LIBERO part of the trainer: build LIBERO envs, fix eval init states."""
 
     config: LiberoTrainConfig
     steps_info_key: str | None = "chunk_steps_executed"
@@ -115,64 +215,314 @@ class LiberoEnvFactory:
         return self.config.chunk_size
 
     def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
-        """Constructor of env ``index`` (init states come from the reset seed)."""
+        """Constructor of env ``index`` (training resets draw from --train-init-states)."""
         c = self.config
         return functools.partial(
             _make_libero_env,
             c.suite,
             c.task_id,
             c.chunk_size,
+            c.state_features,
             tuple(c.cameras),
             c.image_size,
             "dense" if c.dense_reward else "sparse",
             c.shaping_scale,
             c.horizon,
             render,
+            _ids(c.train_init_states) if c.train_init_states else None,
         )
 
     def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
-        """Evaluation episode ``j`` starts from the benchmark's init state ``j``."""
-        return {"init_state_id": episode % 50}
+        """Evaluation episode ``j`` starts from the ``j``-th of --eval-init-states."""
+        ids = _ids(self.config.eval_init_states)
+        return {"init_state_id": ids[episode % len(ids)]}
+
+
+def _obs_keys(state_features: str) -> tuple[str, ...]:
+    return {"goal": ("goal_features",), "full": ("state",), "both": ("goal_features", "state")}[
+        state_features
+    ]
+
+
+def _warm_start(config: LiberoTrainConfig, run_dir: Path, deadline: float | None) -> dict[str, Any]:
+    """Collect the expert demos and clone them; return what the summary records."""
+    from pipelined_vec_env.libero.collect import collect_demos
+    from pipelined_vec_env.libero.demos import write_demos
+    from reference_trainer.bc import BCConfig, train_bc
+
+    t0 = time.perf_counter()
+    ids = list(_ids(config.demo_init_states))
+    overlap = set(ids) & set(_ids(config.eval_init_states))
+    if overlap:
+        raise ValueError(
+            f"--demo-init-states and --eval-init-states share init states {sorted(overlap)}; "
+            "the evaluation must use init states no demo used"
+        )
+    demos = collect_demos(
+        config.suite,
+        config.task_id,
+        ids,
+        noise_std=config.demo_noise_std,
+        num_envs=min(config.num_envs, len(ids)),
+        num_stages=min(config.num_stages, config.num_envs, len(ids)),
+        state_features="both",
+        horizon=None,  # the suite's: the expert needs ~120 steps whatever --horizon says
+        seed=config.seed,
+    )
+    demo_path = run_dir / "demos.hdf5"
+    write_demos(demo_path, demos)
+    demos_s = time.perf_counter() - t0
+    info = demos.attrs["collection"]
+    logger.info(
+        "%d demos (%d/%d expert successes) in %.0f s",
+        len(demos),
+        info["successes"],
+        info["attempts"],
+        demos_s,
+    )
+    t1 = time.perf_counter()
+    bc = train_bc(
+        BCConfig(
+            demos=str(demo_path),
+            output=str(run_dir / "bc.pt"),
+            obs_keys=_obs_keys(config.state_features),
+            chunk_size=config.chunk_size,
+            hidden_sizes=tuple(config.hidden_sizes),
+            max_epochs=config.bc_max_epochs,
+            patience=config.bc_patience,
+            seed=config.seed,
+            torch_threads=1,
+        )
+    )
+    return {
+        "demos": {
+            "path": str(demo_path),
+            "kept": len(demos),
+            "expert_successes": info["successes"],
+            "attempts": info["attempts"],
+            "steps": demos.num_samples,
+            "noise_std": config.demo_noise_std,
+            "wall_s": demos_s,
+        },
+        "bc": {**bc.metrics, "checkpoint": bc.checkpoint, "wall_s": time.perf_counter() - t1},
+    }
+
+
+logger = logging.getLogger("train_libero")
+
+
+def run(config: LiberoTrainConfig) -> dict[str, Any]:
+    """Run the main job (or --from-scratch / --bc-control) and return its summary.
+
+    Raises:
+        ValueError: for demo and evaluation init states that overlap, or both
+            --from-scratch and --bc-control.
+    """
+    start = time.time()
+    load_start = os.getloadavg()
+    if config.from_scratch and config.bc_control:
+        raise ValueError("--from-scratch and --bc-control are exclusive")
+    deadline = None if config.budget_minutes is None else start + 60 * config.budget_minutes
+    if config.run_name is None:
+        mode = (
+            "scratch" if config.from_scratch else "bccontrol" if config.bc_control else "finetune"
+        )
+        config = dataclasses.replace(
+            config,
+            run_name=f"{config.suite}_task{config.task_id}_{mode}__s{config.seed}__{os.getpid()}",
+        )
+    config = dataclasses.replace(config, eval_episodes=len(_ids(config.eval_init_states)))
+    run_dir = (Path(config.run_dir) / str(config.run_name)).absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    extra: dict[str, Any] = {"mode": "finetune"}
+    if config.from_scratch:
+        extra["mode"] = "scratch"
+        config = dataclasses.replace(
+            config,
+            kl_coef=0.0,
+            value_warmup_iterations=0,
+            freeze_obs_norm=False,
+            init_log_std_per_dim=(),
+            explore_dims=(),
+            actor_learning_rate=None,
+            target_kl=None,
+        )
+    else:
+        extra.update(_warm_start(config, run_dir, deadline))
+        config = dataclasses.replace(config, init_checkpoint=extra["bc"]["checkpoint"])
+    if config.bc_control:
+        extra["mode"] = "bc_control"
+        summary = _bc_control(config, run_dir, deadline)
+    else:
+        summary = train(dataclasses.replace(config, deadline=deadline), LiberoEnvFactory(config))
+    extra["total_wall_s"] = time.time() - start
+    extra["budget_minutes"] = config.budget_minutes
+    extra["loadavg_start"] = list(load_start)
+    extra["loadavg_end"] = list(os.getloadavg())
+    extra["cpu_count"] = os.cpu_count()
+    summary.update(extra)
+    summary["learning_curve"] = _plot_learning_curve(summary, run_dir / "learning_curve.png")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _evaluate_checkpoint(config: LiberoTrainConfig, checkpoint: str) -> dict[str, Any]:
+    """Evaluate a BC checkpoint as the trainer does: on a 2-stage vector env's workers."""
+    import torch
+
+    from reference_trainer.agent import ActorCritic
+    from reference_trainer.checkpoint import load_init_checkpoint
+    from reference_trainer.envs import make_vector_env
+    from reference_trainer.rollout import RolloutCollector
+    from reference_trainer.vector_eval import evaluate_on_vector_env
+
+    factory = LiberoEnvFactory(config)
+    device = torch.device("cpu")
+    envs = make_vector_env(factory, config.num_envs, num_stages=config.num_stages)
+    try:
+        agent = ActorCritic(
+            envs.single_observation_space,
+            envs.single_action_space,
+            hidden_sizes=config.hidden_sizes,
+        )
+        load_init_checkpoint(agent, Path(checkpoint), device)
+        collector = RolloutCollector(
+            envs,
+            agent,
+            config.num_steps,
+            device,
+            steps_info_key=factory.steps_info_key,
+            steps_per_decision=factory.steps_per_decision,
+        )
+        t0 = time.perf_counter()
+        result = evaluate_on_vector_env(collector, factory, config.eval_episodes, config.eval_seed)
+    finally:
+        envs.close()
+    return {
+        "iteration": 0,
+        "global_step": 0,
+        **result.as_scalars(),
+        "successes": [bool(v) for v in result.successes or []],
+        "wall_s": time.perf_counter() - t0,
+        "checkpoint": checkpoint,
+    }
+
+
+def _bc_control(config: LiberoTrainConfig, run_dir: Path, deadline: float | None) -> dict[str, Any]:
+    """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate."""
+    from reference_trainer.bc import BCConfig, train_bc
+
+    t0 = time.time()
+    before = _evaluate_checkpoint(config, str(config.init_checkpoint))
+    eval_s = time.time() - t0
+    left = 0.0 if deadline is None else deadline - time.time() - 1.2 * eval_s - 10
+    minutes = max(0.1, left / 60)
+    bc = train_bc(
+        BCConfig(
+            demos=str(run_dir / "demos.hdf5"),
+            output=str(run_dir / "bc_long.pt"),
+            obs_keys=_obs_keys(config.state_features),
+            chunk_size=config.chunk_size,
+            hidden_sizes=tuple(config.hidden_sizes),
+            max_epochs=10**9,
+            patience=10**9,
+            max_minutes=minutes,
+            seed=config.seed,
+            torch_threads=1,
+        )
+    )
+    after = _evaluate_checkpoint(config, bc.checkpoint)
+    return {
+        "run_dir": str(run_dir),
+        "eval_success_rate_initial": before["success_rate"],
+        "eval_success_rate_final": after["success_rate"],
+        "eval_episodes": int(after["episodes"]),
+        "evaluations": [before, after],
+        "final_eval": after,
+        "bc_long": {**bc.metrics, "minutes": minutes},
+        "global_step": 0,
+        "wall_s": time.time() - t0,
+    }
+
+
+def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
+    """Success rate and return against env steps: training episodes and evaluations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    evaluations = summary.get("evaluations") or []
+    fig, (ax_s, ax_r) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    curve = summary.get("success_curve") or []
+    if curve:
+        steps, rate = zip(*curve, strict=True)
+        k = max(1, min(10, len(rate) // 5))
+        smooth = np.convolve(np.asarray(rate), np.ones(k) / k, mode="valid")
+        ax_s.plot(steps[k - 1 :], smooth, label=f"training episodes (mean of {k} iterations)")
+    points = [(e["global_step"], e["success_rate"]) for e in evaluations if "success_rate" in e]
+    if points:
+        ax_s.plot(*zip(*points, strict=True), "o-", label="evaluation (deterministic, held-out)")
+    ax_s.set_ylabel("success rate")
+    ax_s.set_ylim(-0.05, 1.05)
+    ax_s.legend(loc="lower right", fontsize=8)
+    returns = [tuple(point) for point in summary.get("return_curve") or []]
+    if returns:
+        ax_r.plot(*zip(*returns, strict=True), label="training episodes")
+    ret_points = [(e["global_step"], e["return_mean"]) for e in evaluations if "return_mean" in e]
+    if ret_points:
+        ax_r.plot(*zip(*ret_points, strict=True), "o-", label="evaluation")
+    ax_r.set_ylabel("return per episode")
+    ax_r.set_xlabel("env steps")
+    ax_r.legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"{summary.get('mode', '')}: {Path(summary['run_dir']).name}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
 
 
 def main() -> None:
-    """Parse the config, train, and print the run's headline numbers."""
+    """Parse the config, run the main job, print success before and after."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = tyro.cli(LiberoTrainConfig)
     if config.eval_video or config.cameras:
         # headless rendering; an explicit MUJOCO_GL (e.g. osmesa) wins
         os.environ.setdefault("MUJOCO_GL", "egl")
-    if config.run_name is None:
-        config = dataclasses.replace(
-            config, run_name=f"{config.suite}_task{config.task_id}__s{config.seed}__{os.getpid()}"
-        )
-    summary = train(config, LiberoEnvFactory(config))
+    summary = run(config)
 
-    final = summary["final_eval"] or {}
-    throughput = summary["throughput"]
-
-    def fmt(value: float | None, spec: str = ".3f") -> str:
+    def fmt(value: float | None, spec: str = ".2f") -> str:
         return "n/a" if value is None else format(value, spec)
 
+    n = summary["eval_episodes"]
     print()
-    print(f"run directory:        {summary['run_dir']}")
+    print(f"run directory:           {summary['run_dir']} ({summary['mode']})")
+    if "demos" in summary:
+        d, b = summary["demos"], summary["bc"]
+        print(
+            f"demos, BC:               {d['kept']} expert demos ({d['steps']} steps, {d['wall_s']:.0f} s); "
+            f"BC held-out action MSE {b['heldout_mse']:.4f} ({b['wall_s']:.0f} s)"
+        )
+    label = "after longer BC" if summary["mode"] == "bc_control" else "after RL"
     print(
-        f"shaped return:        {fmt(summary['return_start'])} (start) -> "
-        f"{fmt(summary['return_end'])} (end), per episode"
+        f"success rate:            {fmt(summary['eval_success_rate_initial'])} before -> "
+        f"{fmt(summary['eval_success_rate_final'])} {label}, {n} deterministic episodes "
+        f"from init states {config.eval_init_states}"
     )
+    throughput = summary.get("throughput") or {}
+    if throughput:
+        print(
+            f"training:                {summary['global_step']} env steps, "
+            f"{fmt(throughput.get('env_steps_per_s_rollout'), '.1f')} env steps/s in rollouts, "
+            f"bubble {fmt(throughput.get('bubble_fraction'))}"
+        )
     print(
-        f"success rate:         {fmt(final.get('success_rate'), '.2f')} over "
-        f"{int(final.get('episodes', 0))} eval episodes from fixed init states; "
-        f"training episodes at the end: {fmt(summary['train_success_rate_end'], '.2f')}"
+        f"whole command:           {summary['total_wall_s']:.0f} s (budget {summary['budget_minutes']} min)"
     )
-    print(
-        f"throughput:           {fmt(throughput['env_steps_per_s_rollout'], '.1f')} env steps/s "
-        f"in rollouts, {fmt(throughput['env_steps_per_s_overall'], '.1f')} overall; "
-        f"policy idle (bubble) {fmt(throughput['bubble_fraction'], '.2f')}"
-    )
-    print(f"env steps, wall time: {summary['global_step']}, {summary['wall_s']:.0f} s")
-    if final.get("video"):
-        print(f"video:                {final['video']}")
+    videos = [e["video"] for e in summary.get("evaluations", []) if e.get("video")]
+    if videos:
+        print(f"videos:                  {', '.join(videos)}")
+    print(f"learning curve:          {summary['learning_curve']}")
     print(json.dumps({"summary": os.path.join(summary["run_dir"], "summary.json")}))
 
 

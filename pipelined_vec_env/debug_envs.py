@@ -7,6 +7,8 @@
   action, to exercise error handling.
 - [`EchoEnv`][pipelined_vec_env.debug_envs.EchoEnv]: an env that echoes its id, its step count and the last action it
   executed, after a random sleep, to prove routing under varying latencies.
+- [`ReachEnv`][pipelined_vec_env.debug_envs.ReachEnv]: a point that must reach a goal on a line, with a sparse success
+  flag and numbered initial states, for tiny trainer runs (warm starts, evaluations).
 - [`BusyEnv`][pipelined_vec_env.debug_envs.BusyEnv]: a CPU-bound env whose step burns a fixed CPU time (calibrated to a
   simulator's step time, e.g. LIBERO's ~10 ms), for pipelining benchmarks.
 - [`LatencyEnv`][pipelined_vec_env.debug_envs.LatencyEnv]: an env whose step sleeps a lognormal time (a long tail of slow
@@ -31,6 +33,7 @@ __all__ = [
     "FaultyEnv",
     "LatencyEnv",
     "OddConstructorError",
+    "ReachEnv",
     "UnpicklableError",
 ]
 
@@ -307,3 +310,58 @@ class LatencyEnv(gym.Env):
         self.t += 1
         obs = np.full(self.observation_space.shape, self.t, dtype=np.float32)
         return obs, 0.0, False, self.t >= self.episode_length, {}
+
+
+class ReachEnv(gym.Env):
+    """Move a point on a line to a goal: continuous actions, sparse success, init states.
+
+    - observation float32 ``(2,)``: position and goal, both in ``[-1, 1]``;
+    - action float32 ``(2,)`` in ``[-1, 1]``: the first entry moves the point by
+      ``0.2 * a[0]``, the second is ignored (a dimension a policy should keep still);
+    - reward ``-|position - goal| / 10`` per step, plus 1 on success; ``terminated`` with
+      ``info["is_success"] = True`` once ``|position - goal| < 0.1``, ``truncated``
+      after ``horizon`` steps (``is_success`` False on every other step);
+    - init states: ``num_init_states`` fixed (position, goal) pairs; a reset uses
+      ``options["init_state_id"]``, else ``seed % num_init_states``, else a random one.
+
+    Args:
+        horizon: Steps before truncation.
+        num_init_states: Number of fixed initial states.
+    """
+
+    def __init__(self, horizon: int = 20, num_init_states: int = 10) -> None:
+        self.horizon = int(horizon)
+        self.observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        rng = np.random.default_rng(12345)
+        self.init_states = rng.uniform(-1.0, 1.0, size=(int(num_init_states), 2))
+        self.init_state_id: int | None = None
+        self._state = np.zeros(2)
+        self._steps = 0
+
+    def _obs(self) -> np.ndarray:
+        return self._state.astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        n = len(self.init_states)
+        if (options or {}).get("init_state_id") is not None:
+            k = int(options["init_state_id"])  # type: ignore[index]
+        elif seed is not None:
+            k = int(seed) % n
+        else:
+            k = int(self.np_random.integers(n))
+        self.init_state_id = k
+        self._state = self.init_states[k].copy()
+        self._steps = 0
+        return self._obs(), {"init_state_id": k, "is_success": False}
+
+    def step(self, action: Any):
+        a = np.clip(np.asarray(action, dtype=np.float64).reshape(2), -1.0, 1.0)
+        self._state[0] = np.clip(self._state[0] + 0.2 * a[0], -1.0, 1.0)
+        self._steps += 1
+        distance = abs(self._state[0] - self._state[1])
+        success = bool(distance < 0.1)
+        reward = -distance / 10 + float(success)
+        truncated = self._steps >= self.horizon and not success
+        return self._obs(), reward, success, truncated, {"is_success": success}

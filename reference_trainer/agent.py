@@ -301,10 +301,41 @@ class ActorCritic(nn.Module):
         self.actor_mean = _mlp(self.actor_encoder.output_dim, hidden_sizes, self.action_dim, 0.01)
         self.critic = _mlp(self.critic_encoder.output_dim, hidden_sizes, 1, 1.0)
         self.actor_log_std = nn.Parameter(torch.full((self.action_dim,), float(init_log_std)))
+        # which flattened action entries explore (None: all); not saved in checkpoints
+        self.explore_mask: torch.Tensor | None = None
+
+    def set_explore_dims(self, dims: Sequence[int]) -> None:
+        """Explore only along these action dimensions (repeated over an action chunk).
+
+        The other dimensions act with their mean: no noise, and they are left out of
+        log-probabilities and entropy (so PPO does not move them directly). Empty: all
+        dimensions explore.
+
+        Args:
+            dims: indices into the last action axis (``A`` of ``(K, A)``).
+
+        Raises:
+            ValueError: for an index outside ``[0, A)``.
+        """
+        per_action = self.action_shape[-1]
+        if not dims:
+            self.explore_mask = None
+            return
+        if not all(0 <= d < per_action for d in dims):
+            raise ValueError(
+                f"explore_dims: expected indices in [0, {per_action}), got {list(dims)}"
+            )
+        mask = torch.zeros(per_action)
+        mask[list(dims)] = 1.0
+        self.explore_mask = mask.repeat(self.action_dim // per_action).to(self.actor_log_std.device)
 
     def _distribution(self, obs: ObsBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.actor_mean(self.actor_encoder(obs))
         return mean, self.actor_log_std.expand_as(mean)
+
+    def distribution(self, obs: ObsBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian's mean and log std, both ``(B, action_dim)`` float32 (flattened)."""
+        return self._distribution(obs)
 
     def get_value(self, obs: ObsBatch) -> torch.Tensor:
         """Return the value estimate ``(B,)`` float32."""
@@ -324,8 +355,10 @@ class ActorCritic(nn.Module):
             ``PolicyOutput`` with actions shaped ``(B, *action_shape)``.
         """
         mean, log_std = self._distribution(obs)
+        if noise is not None and self.explore_mask is not None:
+            noise = noise * self.explore_mask
         action = mean if noise is None else mean + log_std.exp() * noise
-        logprob = _gaussian_logprob(action, mean, log_std)
+        logprob = _gaussian_logprob(action, mean, log_std, self.explore_mask)
         value = self.get_value(obs)
         return PolicyOutput(action.reshape(-1, *self.action_shape), logprob, value)
 
@@ -343,8 +376,11 @@ class ActorCritic(nn.Module):
         """
         mean, log_std = self._distribution(obs)
         flat = action.reshape(action.shape[0], -1)
-        logprob = _gaussian_logprob(flat, mean, log_std)
-        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+        logprob = _gaussian_logprob(flat, mean, log_std, self.explore_mask)
+        per_dim = 0.5 + 0.5 * math.log(2 * math.pi) + log_std
+        if self.explore_mask is not None:
+            per_dim = per_dim * self.explore_mask
+        entropy = per_dim.sum(-1)
         return logprob, entropy, self.get_value(obs)
 
     @torch.no_grad()
@@ -354,7 +390,13 @@ class ActorCritic(nn.Module):
             self.obs_rms.update(self.actor_encoder.state_vector(obs))
 
 
-def _gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    """Sum over dims of the diagonal Gaussian log-density; ``(B, D) -> (B,)``."""
+def _gaussian_logprob(
+    x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Sum over dims (those with ``mask`` 1) of the diagonal Gaussian log-density;
+    ``(B, D) -> (B,)``."""
     z = (x - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    per_dim = -0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    if mask is not None:
+        per_dim = per_dim * mask
+    return per_dim.sum(-1)

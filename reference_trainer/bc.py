@@ -71,6 +71,8 @@ class BCConfig:
     """Most passes over the training demos."""
     patience: int = 40
     """Stop after this many epochs without a better held-out error."""
+    max_minutes: float | None = None
+    """Stop after this many minutes of training (the best epoch so far is kept)."""
     batch_size: int = 256
     """Samples per gradient step."""
     learning_rate: float = 1e-3
@@ -292,6 +294,11 @@ def train_bc(config: BCConfig) -> BCResult:
         if val_mse < best[0]:
             best = (val_mse, epoch, copy.deepcopy(agent.state_dict()))
         elif epoch - best[1] >= config.patience:
+            break
+        if (
+            config.max_minutes is not None
+            and time.perf_counter() - start >= 60 * config.max_minutes
+        ):
             break
     agent.load_state_dict(best[2])
     agent.eval()

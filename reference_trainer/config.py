@@ -106,6 +106,34 @@ class TrainConfig:
     init_log_std: float = 0.0
     """Initial log standard deviation of the Gaussian policy."""
 
+    # -- fine-tuning from a warm start (--init-checkpoint) ----------------------------------
+    init_log_std_per_dim: tuple[float, ...] = ()
+    """Initial log std per action dimension, e.g. 7 values for LIBERO's (xyz, rotation,
+    gripper); repeated over an action chunk. Empty: --init-log-std for every dimension."""
+    explore_dims: tuple[int, ...] = ()
+    """Action dimensions that explore (indices of one action, repeated over a chunk); the
+    others act with the policy mean and PPO leaves them to the KL term. Empty: all. LIBERO:
+    rotation noise the goal features cannot see undoes a cloned grasp (docs/trainer.md)."""
+    value_warmup_iterations: int = 0
+    """Iterations at the start in which only the critic learns (the actor and its std
+    stay as loaded), so the first policy updates use a fitted value function."""
+    actor_learning_rate: float | None = None
+    """Adam learning rate of the actor and its log std (None: --learning-rate for all); a
+    warm-started actor with a small std wants a smaller one than the fresh critic."""
+    kl_coef: float = 0.0
+    """Weight of KL(policy || starting policy) on the update's observations (0: none):
+    keeps the fine-tuned actor near its warm start while the critic is still poor."""
+    kl_decay: float = 1.0
+    """Factor applied to --kl-coef every iteration after the value warm-up."""
+    freeze_obs_norm: bool = False
+    """Keep the observation normaliser as loaded (a BC actor's inputs stay what it was
+    trained on) instead of updating it from rollouts."""
+    eval_at_start: bool = False
+    """Evaluate once before any update (the warm start's success), with a video."""
+    deadline: float | None = None
+    """Unix time by which the run, its final evaluation included, should end: training
+    stops early enough for the final evaluation (estimated from the previous one)."""
+
     # -- run -------------------------------------------------------------------------------
     seed: int = 1
     """Seed for envs (env i gets seed + i), network init, noise and minibatch order."""

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from reference_trainer.scheduled_resets import ScheduledResetsFn
+
 if not os.environ.get("DISPLAY"):
     # headless: MuJoCo's default GLFW backend needs a display; EGL renders offscreen
     # (evaluation videos). Set before any env imports mujoco, so workers inherit it.
@@ -132,6 +134,9 @@ def make_vector_env(
 ) -> gym.vector.VectorEnv:
     """Build the staged training vector env in SAME_STEP autoreset mode.
 
+    Every env is wrapped in `reference_trainer.scheduled_resets.ScheduledResets`, so that
+    evaluations can run on these envs from fixed initial states.
+
     Args:
         factory: the env factory.
         num_envs: number of envs.
@@ -156,7 +161,7 @@ def make_vector_env(
     if not 1 <= num_stages <= num_envs:
         raise ValueError(f"num_stages must be in [1, num_envs={num_envs}], got {num_stages}")
     return PipelinedVectorEnv(
-        [NicedEnvFn(factory.env_fn(i), worker_nice) for i in range(num_envs)],
+        [NicedEnvFn(ScheduledResetsFn(factory.env_fn(i)), worker_nice) for i in range(num_envs)],
         num_stages=num_stages,
         envs_per_worker=envs_per_worker,
         autoreset_mode=AutoresetMode.SAME_STEP,

