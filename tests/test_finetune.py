@@ -228,7 +228,7 @@ def test_explore_dims_leave_the_other_dimensions_at_the_mean():
     assert moved[:, [0, 2, 3, 5]].all() and not moved[:, [1, 4]].any()
     logprob, entropy, _ = agent.evaluate(obs, sampled.action)
     assert torch.allclose(logprob, sampled.logprob)
-    per_dim = 0.5 + 0.5 * np.log(2 * np.pi) + float(agent.actor_log_std[0])
+    per_dim = 0.5 + 0.5 * np.log(2 * np.pi) + agent.actor_log_std[0].detach().item()
     assert torch.allclose(entropy, torch.full((5,), 4 * per_dim))
     with pytest.raises(ValueError, match="explore_dims"):
         agent.set_explore_dims([3])
