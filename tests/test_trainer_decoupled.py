@@ -226,11 +226,12 @@ def test_train_decoupled_tiny_run(tmp_path):
 )
 def test_train_libero_example_decoupled(tmp_path):
     result = subprocess.run(
-        [sys.executable, "examples/train_libero.py", "--decoupled", "--num-actors", "2",
+        [sys.executable, "examples/train_libero.py", "--from-scratch", "--decoupled",
+         "--num-actors", "2",
          "--rollout-queue-size", "1", "--max-wait", "0.002", "--num-envs", "2",
          "--num-stages", "2", "--num-steps", "4", "--chunk-size", "4",
          "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1",
-         "--eval-episodes", "2", "--horizon", "24", "--no-eval-video", "--no-progress",
+         "--eval-init-states", "30:32", "--horizon", "24", "--no-eval-video", "--no-progress",
          "--run-dir", str(tmp_path), "--run-name", "libero"],
         cwd=REPO, capture_output=True, text=True, timeout=280,
     )
