@@ -8,6 +8,8 @@ live in ``scripts/check_docs_html.py`` (which ``.ci/run`` also runs on the built
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -106,3 +108,22 @@ def test_main_fails_on_a_site_with_a_leftover_role(tmp_path, capsys):
 def test_check_site_without_pages_names_the_argument(tmp_path):
     with pytest.raises(FileNotFoundError, match="site="):
         checker.check_site(tmp_path)
+
+
+def test_the_site_builds_strict_and_renders_no_leftover_markup(tmp_path):
+    """The docs site as CI builds it: `mkdocs build --strict` (unresolved cross-references
+    abort it), then the HTML check, so a broken reference fails the README's test command
+    and not only CI's docs step."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    site = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert checker.main([str(site)]) == 0
