@@ -152,6 +152,15 @@ def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:
         agent.actor_log_std.copy_(values.to(agent.actor_log_std.device))
 
 
+def _end_bar(progress: Any, why: str) -> None:
+    """End the progress bar full and labelled with ``why``: the time budget, not the step
+    count, ended the run."""
+    progress.set_description(f"train ({why})")
+    progress.total = progress.n
+    progress.refresh()
+    progress.close()
+
+
 def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> bool:
     """True when one more iteration and a final evaluation would end after ``deadline``."""
     return time.time() + iteration_s + final_eval_s + 5.0 >= deadline
@@ -363,8 +372,8 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             initial=global_step,
             unit="step",
             desc="train"
-            if config.max_minutes is None
-            else f"train (<= {config.max_minutes:g} min)",
+            if config.max_minutes is None and config.deadline is None
+            else "train (stops at its time budget)",
             disable=not config.progress,
             dynamic_ncols=True,
         )
@@ -458,6 +467,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             if config.deadline is not None and _past_deadline(
                 config.deadline, iteration_s, final_eval_s
             ):
+                _end_bar(progress, "deadline reached; final evaluation next")
                 logger.info("stopping training to finish the final evaluation by the deadline")
                 stopped_early = True
                 break
@@ -547,12 +557,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             ):
                 logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
                 stopped_early = True
-                # the bar ends full, labelled: the budget, not the step count, ended the run
-                progress.set_description(
-                    f"train (time budget of {config.max_minutes:g} min reached)"
-                )
-                progress.total = progress.n
-                progress.refresh()
+                _end_bar(progress, f"time budget of {config.max_minutes:g} min reached")
                 break
             if (
                 config.stop_return is not None
