@@ -15,12 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
 
 __all__ = [
     "ActorCritic",
@@ -280,6 +283,20 @@ class ActorCritic(nn.Module):
         >>> tuple(out.action.shape), tuple(out.logprob.shape), tuple(out.value.shape)
         ((5, 2, 3), (5,), (5,))
     """
+
+    @classmethod
+    def from_config(
+        cls, config: TrainConfig, observation_space: gym.Space, action_space: gym.Space
+    ) -> ActorCritic:
+        """The agent a `TrainConfig` describes (`hidden_sizes`, `init_log_std`,
+        `normalize_obs`) for one env's spaces, on the CPU (move it with `.to(device)`)."""
+        return cls(
+            observation_space,
+            action_space,
+            hidden_sizes=config.hidden_sizes,
+            init_log_std=config.init_log_std,
+            normalize_obs=config.normalize_obs,
+        )
 
     def __init__(
         self,

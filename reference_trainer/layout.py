@@ -53,13 +53,8 @@ def resolve_layout(
 
     probe = factory.env_fn(0)()
     try:
-        agent = ActorCritic(
-            probe.observation_space,
-            probe.action_space,
-            hidden_sizes=config.hidden_sizes,
-            init_log_std=config.init_log_std,
-            normalize_obs=config.normalize_obs,
-        ).to(device)
+        agent = ActorCritic.from_config(config, probe.observation_space, probe.action_space)
+        agent = agent.to(device)
         low, high = probe.action_space.low, probe.action_space.high
     finally:
         probe.close()
