@@ -62,3 +62,29 @@ def slice_infos(infos: dict[str, Any], envs: slice) -> dict[str, Any]:
         out[key] = slice_infos(value, envs) if isinstance(value, dict) else value[envs]
         out[f"_{key}"] = mask
     return out
+
+
+def tiny_train_config(tmp_path: Any, run_name: str = "run", **fields: Any) -> Any:
+    """A `TrainConfig` for a trainer run of seconds: 2 envs of InvertedPendulum-v5 in 2
+    stages, 64 env steps, no progress bar, video, TensorBoard or checkpoints, one torch
+    thread, the run in ``tmp_path / run_name``; ``fields`` override any of these."""
+    from reference_trainer.config import TrainConfig
+
+    base: dict[str, Any] = {
+        "env_id": "InvertedPendulum-v5",
+        "num_envs": 2,
+        "num_stages": 2,
+        "num_steps": 16,
+        "total_timesteps": 64,
+        "num_minibatches": 4,
+        "update_epochs": 1,
+        "eval_episodes": 1,
+        "eval_video": False,
+        "run_dir": str(tmp_path),
+        "run_name": run_name,
+        "progress": False,
+        "tensorboard": False,
+        "checkpoint_every": 0,
+        "torch_threads": 1,
+    }
+    return TrainConfig(**{**base, **fields})

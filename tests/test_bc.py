@@ -17,6 +17,8 @@ from reference_trainer.checkpoint import BC_FORMAT, find_checkpoint  # noqa: E40
 from reference_trainer.config import TrainConfig  # noqa: E402
 from reference_trainer.train import train  # noqa: E402
 
+from .conftest import tiny_train_config
+
 
 def _synthetic_demos(
     path: Path, obs_dim: int, action_dim: int, num_demos: int = 12, length: int = 40
@@ -83,23 +85,17 @@ def test_bc_lowers_the_heldout_action_error(tmp_path, chunk_size):
 
 
 def _tiny(tmp_path: Path, name: str, **overrides) -> TrainConfig:
-    config = TrainConfig(
-        env_id="InvertedPendulum-v5",
-        num_envs=2,
+    config = tiny_train_config(
+        tmp_path,
+        name,
         num_stages=1,
         num_steps=8,
         total_timesteps=16,
         num_minibatches=2,
-        update_epochs=1,
         learning_rate=0.0,  # weights stay where they started: what was loaded is visible
         anneal_lr=False,
         eval_episodes=0,
-        eval_video=False,
-        run_dir=str(tmp_path),
-        run_name=name,
-        progress=False,
-        tensorboard=False,
-        torch_threads=1,
+        checkpoint_every=10,
     )
     return dataclasses.replace(config, **overrides)
 

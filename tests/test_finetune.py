@@ -23,6 +23,8 @@ from reference_trainer.ppo import gaussian_kl
 from reference_trainer.scheduled_resets import ScheduledResets
 from reference_trainer.train import train
 
+from .conftest import tiny_train_config
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -41,23 +43,17 @@ class ReachFactory:
 
 
 def _config(tmp_path: Path, name: str, **overrides: Any) -> TrainConfig:
-    config = TrainConfig(
+    config = tiny_train_config(
+        tmp_path,
+        name,
         env_id="reach",
-        num_envs=2,
-        num_stages=2,
         num_steps=8,
         total_timesteps=32,
         num_minibatches=2,
         update_epochs=2,
         hidden_sizes=(8,),
         eval_episodes=5,
-        eval_video=False,
-        run_dir=str(tmp_path),
-        run_name=name,
-        progress=False,
-        tensorboard=False,
         checkpoint_every=1,
-        torch_threads=1,
     )
     return dataclasses.replace(config, **overrides)
 

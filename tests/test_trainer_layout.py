@@ -11,6 +11,8 @@ import pytest
 from reference_trainer.config import TrainConfig
 from reference_trainer.train import train
 
+from .conftest import tiny_train_config
+
 tyro = pytest.importorskip("tyro")
 
 
@@ -21,23 +23,10 @@ def test_cli_accepts_auto_and_ints():
 
 @pytest.mark.timeout(240)
 def test_tiny_run_with_auto_layout_prints_and_saves_the_choice(tmp_path: Path, capsys):
-    config = TrainConfig(
-        env_id="InvertedPendulum-v5",
-        num_envs=2,
+    config = tiny_train_config(
+        tmp_path,
         num_stages="auto",
         tune_seconds=15.0,
-        num_steps=16,
-        total_timesteps=64,
-        num_minibatches=4,
-        update_epochs=1,
-        eval_episodes=1,
-        eval_video=False,
-        tensorboard=False,
-        run_dir=str(tmp_path),
-        run_name="run",
-        progress=False,
-        checkpoint_every=0,
-        torch_threads=1,
     )
     summary = train(config)
 

@@ -7,30 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from reference_trainer.config import TrainConfig
 from reference_trainer.train import train
+
+from .conftest import tiny_train_config
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.mark.parametrize("decoupled", [False, True])
 def test_profile_writes_trace_timeline_and_summary(tmp_path, capsys, decoupled):
-    config = TrainConfig(
-        env_id="InvertedPendulum-v5",
-        num_envs=2,
-        num_stages=2,
-        num_steps=16,
-        total_timesteps=64,
-        num_minibatches=4,
-        update_epochs=1,
-        eval_episodes=1,
-        eval_video=False,
-        run_dir=str(tmp_path),
-        run_name="run",
-        progress=False,
-        tensorboard=False,
-        checkpoint_every=0,
-        torch_threads=1,
+    config = tiny_train_config(
+        tmp_path,
         decoupled=decoupled,
         profile=True,
     )

@@ -17,25 +17,17 @@ from reference_trainer.checkpoint import find_checkpoint
 from reference_trainer.config import TrainConfig
 from reference_trainer.train import train
 
+from .conftest import tiny_train_config
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _tiny(tmp_path: Path, **overrides) -> TrainConfig:
-    config = TrainConfig(
-        env_id="InvertedPendulum-v5",
-        num_envs=2,
-        num_stages=2,
-        num_steps=16,
-        total_timesteps=64,
-        num_minibatches=4,
+    config = tiny_train_config(
+        tmp_path,
         update_epochs=2,
-        eval_episodes=1,
-        eval_video=False,
-        run_dir=str(tmp_path),
-        run_name="run",
-        progress=False,
         checkpoint_every=1,
-        torch_threads=1,
+        tensorboard=True,
     )
     return dataclasses.replace(config, **overrides)
 
