@@ -174,7 +174,12 @@ def run_staged(envs: PipelinedVectorEnv, policy: SleepPolicy, steps: int) -> dic
 
 
 def run_decoupled(
-    envs: PipelinedVectorEnv, policy: SleepPolicy, steps: int, actors: int, queue_size: int, max_wait: float
+    envs: PipelinedVectorEnv,
+    policy: SleepPolicy,
+    steps: int,
+    actors: int,
+    queue_size: int,
+    max_wait: float,
 ) -> dict[str, Any]:
     with InferenceChannel(
         envs, [policy] * actors, rollout_queue_size=queue_size, max_wait=max_wait
@@ -223,13 +228,17 @@ def main(args: Args) -> dict[str, Any]:
     for k in args.actors:
         for q in args.queue_sizes:
             modes.append(
-                (f"decoupled a={k} q={q or 'default'}",
-                 {"actors": k, "queue_size": q, "max_wait_ms": args.max_wait_ms})
+                (
+                    f"decoupled a={k} q={q or 'default'}",
+                    {"actors": k, "queue_size": q, "max_wait_ms": args.max_wait_ms},
+                )
             )
         if args.extra_max_wait_ms > 0:
             modes.append(
-                (f"decoupled a={k} q=default w={args.extra_max_wait_ms:g}ms",
-                 {"actors": k, "queue_size": 0, "max_wait_ms": args.extra_max_wait_ms})
+                (
+                    f"decoupled a={k} q=default w={args.extra_max_wait_ms:g}ms",
+                    {"actors": k, "queue_size": 0, "max_wait_ms": args.extra_max_wait_ms},
+                )
             )
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in modes}
     one_stage = PipelinedVectorEnv(fns)
@@ -244,11 +253,17 @@ def main(args: Args) -> dict[str, Any]:
                     result = run_staged(two_stage, policy, args.steps)
                 else:
                     result = run_decoupled(
-                        one_stage, policy, args.steps, kw["actors"], kw["queue_size"],
+                        one_stage,
+                        policy,
+                        args.steps,
+                        kw["actors"],
+                        kw["queue_size"],
                         kw["max_wait_ms"] * 1e-3,
                     )
                 samples[name].append(result)
-                print(f"round {r}: {name:<32} {result['steps_per_s']:8.1f} steps/s", file=sys.stderr)
+                print(
+                    f"round {r}: {name:<32} {result['steps_per_s']:8.1f} steps/s", file=sys.stderr
+                )
     finally:
         one_stage.close()
         if two_stage is not None:
@@ -261,9 +276,16 @@ def main(args: Args) -> dict[str, Any]:
         runs = samples[name]
         rate = statistics.median(s["steps_per_s"] for s in runs)
         best = min(runs, key=lambda s: abs(s["steps_per_s"] - rate))  # the median run's details
-        rows.append({"mode": name, **kw, **best, "steps_per_s": rate,
-                     "all_steps_per_s": [s["steps_per_s"] for s in runs],
-                     "speedup_vs_sync": rate / sync_rate})
+        rows.append(
+            {
+                "mode": name,
+                **kw,
+                **best,
+                "steps_per_s": rate,
+                "all_steps_per_s": [s["steps_per_s"] for s in runs],
+                "speedup_vs_sync": rate / sync_rate,
+            }
+        )
     report = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
         "ceilings_steps_per_s": bounds,
@@ -272,7 +294,9 @@ def main(args: Args) -> dict[str, Any]:
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
-            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "usable_cpus": len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else None,
             "load_avg": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "gymnasium": metadata.version("gymnasium"),
             "numpy": metadata.version("numpy"),
@@ -293,8 +317,10 @@ def print_table(report: dict[str, Any]) -> None:
         f"(p99/median {c['p99_over_median']:.1f}), inference {a['infer_a_ms']} + "
         f"{a['infer_b_ms']} x batch ms, {a['steps']} steps/env, median of {a['rounds']} rounds"
     )
-    print(f"ceilings: sync {c['sync']:.0f} steps/s, decoupled {c['decoupled']:.0f} steps/s "
-          f"(x{c['decoupled'] / c['sync']:.2f})\n")
+    print(
+        f"ceilings: sync {c['sync']:.0f} steps/s, decoupled {c['decoupled']:.0f} steps/s "
+        f"(x{c['decoupled'] / c['sync']:.2f})\n"
+    )
     header = f"{'mode':<32} {'steps/s':>8} {'x sync':>7} {'q':>3} {'batch':>6} {'per actor':>16} {'wait ms':>8} {'p99 ms':>7}"
     print(header)
     print("-" * len(header))

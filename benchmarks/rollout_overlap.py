@@ -87,7 +87,9 @@ def _make_env(step_seconds: float, obs_dim: int) -> BusyEnv:
 
 
 def _envs(args: Args, num_stages: int) -> PipelinedVectorEnv:
-    fn = NicedEnvFn(functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim), args.worker_nice)
+    fn = NicedEnvFn(
+        functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim), args.worker_nice
+    )
     return PipelinedVectorEnv(
         [fn] * args.num_envs, num_stages=num_stages, autoreset_mode=AutoresetMode.SAME_STEP
     )
@@ -129,7 +131,9 @@ def _time_inference_round(agent: ActorCritic, args: Args, device: torch.device) 
 class _Config:
     """One loop configuration with its own vector env and collector."""
 
-    def __init__(self, args: Args, agent: ActorCritic, device: torch.device, loop: str, stages: int):
+    def __init__(
+        self, args: Args, agent: ActorCritic, device: torch.device, loop: str, stages: int
+    ):
         self.loop, self.stages = loop, stages
         self.envs = _envs(args, stages)
         self.collector = RolloutCollector(
@@ -197,10 +201,14 @@ def run(args: Args) -> dict:
     return {
         "args": dataclasses.asdict(args),
         "machine": {
-            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cpus": len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count(),
             "platform": platform.platform(),
             "torch": torch.__version__,
-            "device_name": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor(),
+            "device_name": torch.cuda.get_device_name(0)
+            if device.type == "cuda"
+            else platform.processor(),
             "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         },
         "env_round_s": te,
@@ -218,7 +226,9 @@ def _print_table(result: dict) -> None:
         f"ideal pipelined/serial time max(Te,Ti)/(Te+Ti) = {result['ideal_pipelined_fraction']:.3f}"
         f" -> best speed-up {result['ideal_speedup']:.2f}x"
     )
-    print(f"{'loop':<10} {'stages':>6} {'ms/round':>9} {'steps/s':>9} {'speed-up':>9} {'bubble':>7}")
+    print(
+        f"{'loop':<10} {'stages':>6} {'ms/round':>9} {'steps/s':>9} {'speed-up':>9} {'bubble':>7}"
+    )
     for row in result["rows"]:
         print(
             f"{row['loop']:<10} {row['stages']:>6} {row['round_s'] * 1e3:>9.2f} "
@@ -232,7 +242,9 @@ def main() -> None:
     args = tyro.cli(Args)
     result = run(args)
     _print_table(result)
-    out = Path(args.output or Path(__file__).parent / "results" / f"rollout_overlap_{args.device}.json")
+    out = Path(
+        args.output or Path(__file__).parent / "results" / f"rollout_overlap_{args.device}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out}")

@@ -147,7 +147,9 @@ def machine() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "versions": versions,
     }
@@ -187,7 +189,11 @@ def main(args: Args) -> dict[str, Any]:
             row[key] = statistics.median(r[key] for r in results)
         row["runs"] = results
         rows.append(row)
-    report = {"args": {k: str(v) for k, v in asdict(args).items()}, "machine": machine(), "rows": rows}
+    report = {
+        "args": {k: str(v) for k, v in asdict(args).items()},
+        "machine": machine(),
+        "rows": rows,
+    }
     text = table(rows, args)
     print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -121,7 +121,15 @@ def analyse(samples: list[dict[str, Any]], warmup_steps: int, flat_bytes: int) -
     x = np.array([s["env_steps"] for s in measured])
     span = float(x.max() - x.min()) if len(x) else 0.0
     fits: dict[str, Any] = {}
-    for key in ("parent_rss", "children_rss", "total_rss", "parent_fds", "children_fds", "shm_maps", "children"):
+    for key in (
+        "parent_rss",
+        "children_rss",
+        "total_rss",
+        "parent_fds",
+        "children_fds",
+        "shm_maps",
+        "children",
+    ):
         y = np.array([s[key] for s in measured])
         slope = fit_slope(x, y)
         drift = slope * span
@@ -188,7 +196,9 @@ def format_table(samples: list[dict[str, Any]], analysis: dict[str, Any], rows: 
             slope = f"{fit['per_1e5_steps']:+.3f}"
             drift = f"{fit['drift_over_span']:+.3f}"
             low, high = str(fit["min"]), str(fit["max"])
-        lines.append(f"| {key} | {slope} | {drift} | {low} | {high} | {'yes' if fit['flat'] else 'NO'} |")
+        lines.append(
+            f"| {key} | {slope} | {drift} | {low} | {high} | {'yes' if fit['flat'] else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
@@ -198,9 +208,7 @@ def main(args: Args) -> dict[str, Any]:
         raise ValueError("num_envs must be a multiple of num_stages (equal stages)")
     fns = [partial(CountingEnv, i, args.episode_length, args.kind) for i in range(args.num_envs)]
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    envs = PipelinedVectorEnv(
-        fns, num_stages=args.num_stages, envs_per_worker=args.envs_per_worker
-    )
+    envs = PipelinedVectorEnv(fns, num_stages=args.num_stages, envs_per_worker=args.envs_per_worker)
     samples: list[dict[str, Any]] = []
     try:
         stage_size = args.num_envs // args.num_stages

@@ -236,7 +236,9 @@ def main(args: Args) -> dict:
             next_obs[envs_of_s] = torch.as_tensor(obs_s, dtype=torch.float32, device=device)
             rewards[step, envs_of_s] = torch.as_tensor(reward, dtype=torch.float32, device=device)
             terminated[step, envs_of_s] = torch.as_tensor(term, dtype=torch.float32, device=device)
-            ended[step, envs_of_s] = torch.as_tensor(term | trunc, dtype=torch.float32, device=device)
+            ended[step, envs_of_s] = torch.as_tensor(
+                term | trunc, dtype=torch.float32, device=device
+            )
             resetting[envs_of_s] = term | trunc
 
             if "episode" in infos:
@@ -249,7 +251,9 @@ def main(args: Args) -> dict:
                         "length": int(infos["episode"]["l"][local]),
                     }
                     episodes.append(episode)
-                    print(f"global_step={global_step}, env={i}, episodic_return={episode['return']:.2f}")
+                    print(
+                        f"global_step={global_step}, env={i}, episodic_return={episode['return']:.2f}"
+                    )
                     if writer is not None:
                         writer.add_scalar("charts/episodic_return", episode["return"], global_step)
                         writer.add_scalar("charts/episodic_length", episode["length"], global_step)

@@ -31,7 +31,9 @@ def policy(obs: np.ndarray) -> np.ndarray:
 def main(num_envs: int = 8, num_stages: int = 2, rounds: int = 300) -> list[float]:
     """Run ``rounds`` pipelined steps per stage; return the finished episodes' returns."""
     envs = RecordEpisodeStatistics(
-        PipelinedVectorEnv([make_env for _ in range(num_envs)], num_stages=num_stages, envs_per_worker=2)
+        PipelinedVectorEnv(
+            [make_env for _ in range(num_envs)], num_stages=num_stages, envs_per_worker=2
+        )
     )
     try:
         obs, _ = envs.reset(seed=0)

@@ -73,7 +73,9 @@ def main(args: Args) -> float:
         mean_return, std_return = evaluate_policy(
             model, venv, n_eval_episodes=args.eval_episodes, deterministic=True
         )
-        print(f"mean return over {args.eval_episodes} episodes: {mean_return:.1f} +/- {std_return:.1f}")
+        print(
+            f"mean return over {args.eval_episodes} episodes: {mean_return:.1f} +/- {std_return:.1f}"
+        )
         return float(mean_return)
     finally:
         venv.close()

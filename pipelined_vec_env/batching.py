@@ -53,7 +53,9 @@ def _(space: spaces.Dict, batch: dict[str, Any], index: slice | np.ndarray) -> d
 
 @batch_slice.register(spaces.Tuple)
 def _(space: spaces.Tuple, batch: tuple[Any, ...], index: slice | np.ndarray) -> tuple[Any, ...]:
-    return tuple(batch_slice(sub, part, index) for sub, part in zip(space.spaces, batch, strict=False))
+    return tuple(
+        batch_slice(sub, part, index) for sub, part in zip(space.spaces, batch, strict=False)
+    )
 
 
 @singledispatch
@@ -235,9 +237,7 @@ def _(space: spaces.Box, actions: Any, n: int, name: str = "actions") -> np.ndar
 
 def _check_integer(space: spaces.Space, array: np.ndarray, name: str) -> None:
     if array.dtype.kind not in "biu":
-        raise ValueError(
-            f"{name}: expected an integer dtype for {space}, got {array.dtype}"
-        )
+        raise ValueError(f"{name}: expected an integer dtype for {space}, got {array.dtype}")
 
 
 @check_actions.register(spaces.Discrete)

@@ -213,8 +213,12 @@ class DecoupledRollout:
         trajs = self.trajectories
         keys = trajs[0].extras.keys()
         return {
-            "obs": swap_leading_axes(observation_space, stack_batches(observation_space, [t.obs for t in trajs])),
-            "actions": swap_leading_axes(action_space, stack_batches(action_space, [t.actions for t in trajs])),
+            "obs": swap_leading_axes(
+                observation_space, stack_batches(observation_space, [t.obs for t in trajs])
+            ),
+            "actions": swap_leading_axes(
+                action_space, stack_batches(action_space, [t.actions for t in trajs])
+            ),
             "rewards": np.stack([t.rewards for t in trajs], axis=1),
             "terminations": np.stack([t.terminations for t in trajs], axis=1),
             "truncations": np.stack([t.truncations for t in trajs], axis=1),
@@ -264,7 +268,9 @@ _STOP = object()
 # ---------------------------------------------------------------------- channel
 
 
-def take_requests(requests: queue.Queue[Any], limit: int, max_wait: float) -> tuple[list[Any], bool]:
+def take_requests(
+    requests: queue.Queue[Any], limit: int, max_wait: float
+) -> tuple[list[Any], bool]:
     """What one actor takes for one policy call: Sample Factory's dynamic batching.
 
     Blocks until the first item arrives, then takes up to ``limit`` items in all, waiting
@@ -295,7 +301,6 @@ def take_requests(requests: queue.Queue[Any], limit: int, max_wait: float) -> tu
             return taken, True
         taken.append(item)
     return taken, False
-
 
 
 class InferenceChannel:
@@ -397,7 +402,9 @@ class InferenceChannel:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._threads = [
-            threading.Thread(target=self._actor_loop, args=(i,), name=f"{name}-actor-{i}", daemon=True)
+            threading.Thread(
+                target=self._actor_loop, args=(i,), name=f"{name}-actor-{i}", daemon=True
+            )
             for i in range(self.num_actors)
         ]
         for t in self._threads:
@@ -444,7 +451,9 @@ class InferenceChannel:
         self._replies.put(reply)
         self._wake()
 
-    def _wait_for_events(self, envs: PipelinedVectorEnv, timeout: float | None) -> tuple[bool, bool]:
+    def _wait_for_events(
+        self, envs: PipelinedVectorEnv, timeout: float | None
+    ) -> tuple[bool, bool]:
         """Sleep until an env worker with commands in flight answers (or dies) or an actor
         wakes the driver; return ``(env_ready, woken)``, both False on timeout.
 
@@ -473,12 +482,19 @@ class InferenceChannel:
         slices (2 ms) with a zero-timeout look at the wake pipe.
         """
         if not uses_ray(busy):
-            ready = poll_fds([fd for w in busy for fd in (w.conn.fileno(), w.process.sentinel)] + [self._wake_r], timeout)
+            ready = poll_fds(
+                [fd for w in busy for fd in (w.conn.fileno(), w.process.sentinel)] + [self._wake_r],
+                timeout,
+            )
             return bool(set(ready) - {self._wake_r}), self._wake_r in ready
         deadline = deadline_after(timeout)
         while True:
             left = remaining(deadline)
-            env_ready = bool(wait_readable(busy, _RAY_POLL_SECONDS if left is None else min(_RAY_POLL_SECONDS, left)))
+            env_ready = bool(
+                wait_readable(
+                    busy, _RAY_POLL_SECONDS if left is None else min(_RAY_POLL_SECONDS, left)
+                )
+            )
             woken = bool(poll_fds([self._wake_r], 0))
             if env_ready or woken or left == 0:
                 return env_ready, woken
@@ -595,14 +611,18 @@ class InferenceChannel:
         if episodes_per_env is not None and (
             not isinstance(episodes_per_env, (int, np.integer)) or episodes_per_env < 1
         ):
-            raise ValueError(f"episodes_per_env: expected None or an int >= 1, got {episodes_per_env!r}")
+            raise ValueError(
+                f"episodes_per_env: expected None or an int >= 1, got {episodes_per_env!r}"
+            )
         n = self.envs.num_envs
         if env_ids is None:
             participants = set(range(n))
         else:
             participants = {int(g) for g in env_ids}
             if not participants or not all(0 <= g < n for g in participants):
-                raise ValueError(f"env_ids: expected a non-empty set of ids in [0, {n}), got {env_ids!r}")
+                raise ValueError(
+                    f"env_ids: expected a non-empty set of ids in [0, {n}), got {env_ids!r}"
+                )
         try:
             return self._run(
                 int(steps_per_env), record, on_transition, episodes_per_env, participants, timeout
@@ -632,8 +652,16 @@ class InferenceChannel:
         posted_obs: dict[int, Any] = {}
         acted: dict[int, tuple[Any, Any, dict[str, np.ndarray], int]] = {}
         columns: list[dict[str, list[Any]]] = [
-            {"obs": [], "actions": [], "rewards": [], "terms": [], "truncs": [], "infos": [],
-             "actors": [], "extras": []}
+            {
+                "obs": [],
+                "actions": [],
+                "rewards": [],
+                "terms": [],
+                "truncs": [],
+                "infos": [],
+                "actors": [],
+                "extras": [],
+            }
             for _ in range(n)
         ]
         turnaround: list[float] = []
@@ -700,8 +728,18 @@ class InferenceChannel:
                         col["actors"].append(actor)
                     if on_transition is not None:
                         on_transition(
-                            Transition(g, int(steps[g]), prev_obs, action, extras, float(rewards[k]),
-                                       bool(terms[k]), bool(truncs[k]), info, actor)
+                            Transition(
+                                g,
+                                int(steps[g]),
+                                prev_obs,
+                                action,
+                                extras,
+                                float(rewards[k]),
+                                bool(terms[k]),
+                                bool(truncs[k]),
+                                info,
+                                actor,
+                            )
                         )
                     steps[g] += 1
                     episodes[g] += bool(terms[k] or truncs[k])
@@ -721,9 +759,7 @@ class InferenceChannel:
         final = [self._held[g] for g in range(n)]
         trajectories = None
         if record:
-            trajectories = [
-                _trajectory(g, columns[g], obs_space, act_space) for g in range(n)
-            ]
+            trajectories = [_trajectory(g, columns[g], obs_space, act_space) for g in range(n)]
         return DecoupledRollout(
             steps=steps,
             final_obs=concat_batches(obs_space, final),

@@ -48,7 +48,12 @@ def _counting_space(kind: str) -> spaces.Space:
                 "nested": spaces.Tuple(
                     (
                         spaces.Discrete(1_000_000),
-                        spaces.Dict({"bits": spaces.MultiBinary(3), "u8": spaces.Box(0, 255, (2, 2), np.uint8)}),
+                        spaces.Dict(
+                            {
+                                "bits": spaces.MultiBinary(3),
+                                "u8": spaces.Box(0, 255, (2, 2), np.uint8),
+                            }
+                        ),
                     )
                 ),
                 "noise": spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32),
@@ -84,7 +89,11 @@ class CountingEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(
-        self, env_id: int = 0, episode_length: int = 5, kind: str = "box", render_mode: str | None = None
+        self,
+        env_id: int = 0,
+        episode_length: int = 5,
+        kind: str = "box",
+        render_mode: str | None = None,
     ) -> None:
         self.env_id = int(env_id)
         self.episode_length = int(episode_length)
@@ -204,7 +213,9 @@ class EchoEnv(gym.Env):
         latency_seed: Seed of the sleep times (default ``env_id``).
     """
 
-    def __init__(self, env_id: int, max_sleep: float = 0.004, latency_seed: int | None = None) -> None:
+    def __init__(
+        self, env_id: int, max_sleep: float = 0.004, latency_seed: int | None = None
+    ) -> None:
         self.env_id = env_id
         self.max_sleep = max_sleep
         self.observation_space = spaces.Box(-1, 1e12, shape=(3,), dtype=np.int64)
@@ -239,7 +250,11 @@ class BusyEnv(gym.Env):
     """
 
     def __init__(
-        self, step_seconds: float = 0.01, obs_dim: int = 16, action_dim: int = 7, episode_length: int = 200
+        self,
+        step_seconds: float = 0.01,
+        obs_dim: int = 16,
+        action_dim: int = 7,
+        episode_length: int = 200,
     ) -> None:
         self.step_seconds = step_seconds
         self.episode_length = episode_length

@@ -130,7 +130,9 @@ class DecoupledState:
         stages = self.env.stages
         if any(s.state is not None for s in stages):
             busy = [s.index for s in stages if s.state is not None]
-            raise RuntimeError(f"async_reset: stages {busy} have calls in flight; wait for them first")
+            raise RuntimeError(
+                f"async_reset: stages {busy} have calls in flight; wait for them first"
+            )
         if self.in_flight or self.ready:
             raise RuntimeError(
                 "async_reset: envs are still in flight from send/recv; recv them first"
@@ -329,12 +331,21 @@ class DecoupledState:
         if len(payload) == 2:  # reset answer: (items, infos)
             items, infos = payload
             for k, g in enumerate(ids):
-                self.ready.append((g, None if items is None else items[k], 0.0, False, False, infos[k]))
+                self.ready.append(
+                    (g, None if items is None else items[k], 0.0, False, False, infos[k])
+                )
             return
         items, rewards, terms, truncs, infos = payload
         for k, g in enumerate(ids):
             self.ready.append(
-                (g, None if items is None else items[k], float(rewards[k]), bool(terms[k]), bool(truncs[k]), infos[k])
+                (
+                    g,
+                    None if items is None else items[k],
+                    float(rewards[k]),
+                    bool(terms[k]),
+                    bool(truncs[k]),
+                    infos[k],
+                )
             )
 
     def _pop_all(self):
@@ -350,7 +361,9 @@ class DecoupledState:
             for e in entries:
                 store.keep(e[0], e[1])
             obs = concatenate(
-                space, [e[1] for e in entries], create_empty_array(space, n=len(entries), fn=np.zeros)
+                space,
+                [e[1] for e in entries],
+                create_empty_array(space, n=len(entries), fn=np.zeros),
             )
         rewards = np.array([e[2] for e in entries], dtype=np.float64)
         terminations = np.array([e[3] for e in entries], dtype=np.bool_)

@@ -33,7 +33,7 @@ class RemoteTraceback(Exception):
         self.tb = tb
 
     def __str__(self) -> str:
-        return f"\n\nTraceback in the worker process:\n\"\"\"\n{self.tb}\"\"\""
+        return f'\n\nTraceback in the worker process:\n"""\n{self.tb}"""'
 
 
 class WorkerError(RuntimeError):
@@ -59,7 +59,10 @@ class WorkerError(RuntimeError):
         self.worker_index = worker_index
 
     def __reduce__(self):  # keep it picklable for users who ship it around
-        return (_rebuild_worker_error, (self.type_name, self.traceback, self.worker_index, str(self)))
+        return (
+            _rebuild_worker_error,
+            (self.type_name, self.traceback, self.worker_index, str(self)),
+        )
 
 
 def _rebuild_worker_error(

@@ -50,7 +50,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass
 class RayOptions:
     """How the env actors are placed on a Ray cluster.
@@ -172,7 +171,9 @@ def ensure_ray(options: RayOptions, num_workers: int) -> None:
         wanted[name] = wanted.get(name, 0.0) + amount * num_workers
     short = {k: (v, total.get(k, 0.0)) for k, v in wanted.items() if v > total.get(k, 0.0) + 1e-9}
     if short:
-        detail = ", ".join(f"{k}: {v:g} requested, {have:g} in the cluster" for k, (v, have) in short.items())
+        detail = ", ".join(
+            f"{k}: {v:g} requested, {have:g} in the cluster" for k, (v, have) in short.items()
+        )
         raise ValueError(
             f"backend='ray': {num_workers} env workers cannot all be placed ({detail}). Use "
             "fewer workers (a larger envs_per_worker), a fractional ray_options num_cpus, "
@@ -388,7 +389,6 @@ class RayWorkerHandle:
 
     def _mark_dead(self) -> None:
         self.dead = True
-
 
     def kill(self) -> None:
         """Kill the actor now (``ray.kill``); its outstanding refs resolve as dead."""

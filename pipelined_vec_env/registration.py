@@ -25,10 +25,15 @@ from .vector_env import PipelinedVectorEnv
 
 __all__ = ["make_vec", "register", "vector_entry_point"]
 
-_VECTOR_ARGS = frozenset(inspect.signature(PipelinedVectorEnv.__init__).parameters) - {"self", "env_fns"}
+_VECTOR_ARGS = frozenset(inspect.signature(PipelinedVectorEnv.__init__).parameters) - {
+    "self",
+    "env_fns",
+}
 
 
-def _make_single(spec: EnvSpec, kwargs: dict[str, Any], wrappers: Sequence[Callable[[Env], Wrapper]]) -> Env:
+def _make_single(
+    spec: EnvSpec, kwargs: dict[str, Any], wrappers: Sequence[Callable[[Env], Wrapper]]
+) -> Env:
     env = gym.make(spec, **copy.deepcopy(kwargs))
     for wrapper in wrappers:
         env = wrapper(env)

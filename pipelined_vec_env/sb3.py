@@ -357,7 +357,9 @@ class SB3VecEnv(VecEnv):
     ) -> list[Any]:
         """Call method ``method_name`` of each selected env and return the results."""
         return list(
-            self.pipelined.call_at(self._indices(indices), method_name, *method_args, **method_kwargs)
+            self.pipelined.call_at(
+                self._indices(indices), method_name, *method_args, **method_kwargs
+            )
         )
 
     def env_is_wrapped(

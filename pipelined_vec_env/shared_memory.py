@@ -106,9 +106,7 @@ class SharedMemoryAllocator:
         return array
 
 
-def create_observation_buffers(
-    space: spaces.Space, n: int
-) -> tuple[Any, list[SharedArray]] | None:
+def create_observation_buffers(space: spaces.Space, n: int) -> tuple[Any, list[SharedArray]] | None:
     """Create shared observation buffers for ``n`` envs of ``space``.
 
     Returns:

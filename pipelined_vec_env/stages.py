@@ -90,9 +90,7 @@ class Stage:
     def recover(self, reset_envs: set[int] | None = None) -> None:
         """Clear the failure of every worker whose envs were all reset (None: all)."""
         for w in self.workers:
-            if w.index in self.failed and (
-                reset_envs is None or set(w.env_indices) <= reset_envs
-            ):
+            if w.index in self.failed and (reset_envs is None or set(w.env_indices) <= reset_envs):
                 del self.failed[w.index]
 
     @property
@@ -184,6 +182,7 @@ class Stage:
             self.profiler.stage_finished(self.index)
         return results, error
 
+
 def wait_any_stage(stages: list[Stage], pool: WorkerPool, timeout: float | None) -> int:
     """Return the index of a stage whose call in flight has completed, waiting if needed.
 
@@ -206,8 +205,10 @@ def wait_any_stage(stages: list[Stage], pool: WorkerPool, timeout: float | None)
                     profiler.caller_waited("wait_any", t0, stage.index)
                 return stage.index
         pool.poll([w for s in busy for w in s.workers], remaining(deadline))
-        if deadline is not None and remaining(deadline) == 0 and not any(
-            pool.idle(s.workers) for s in busy
+        if (
+            deadline is not None
+            and remaining(deadline) == 0
+            and not any(pool.idle(s.workers) for s in busy)
         ):
             raise WaitTimeoutError(f"no stage completed within {timeout} s")
 

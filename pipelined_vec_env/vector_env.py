@@ -78,7 +78,9 @@ def _views_stay_valid(space: Space) -> bool:
         return all(_views_stay_valid(s) for s in space.spaces.values())
     if isinstance(space, spaces.Tuple):
         return all(_views_stay_valid(s) for s in space.spaces)
-    return isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary))
+    return isinstance(
+        space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    )
 
 
 def _attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> None:
@@ -249,8 +251,12 @@ class PipelinedVectorEnv(VectorEnv):
             or not 0 < start_timeout < float("inf")
         ):
             raise ValueError(f"start_timeout: expected finite seconds > 0, got {start_timeout!r}")
-        if worker_threads is not None and (not isinstance(worker_threads, int) or worker_threads < 1):
-            raise ValueError(f"worker_threads: expected None or an int >= 1, got {worker_threads!r}")
+        if worker_threads is not None and (
+            not isinstance(worker_threads, int) or worker_threads < 1
+        ):
+            raise ValueError(
+                f"worker_threads: expected None or an int >= 1, got {worker_threads!r}"
+            )
         if info_layout not in ("batched", "per_env"):
             raise ValueError(f"info_layout: expected 'batched' or 'per_env', got {info_layout!r}")
         if backend not in ("multiprocessing", "ray"):
@@ -398,10 +404,14 @@ class PipelinedVectorEnv(VectorEnv):
     def _select(self, stage: int | None) -> tuple[list[Stage], slice]:
         if stage is None:
             return list(self.stages), slice(0, self.num_envs)
-        if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or not (
-            0 <= stage < self.num_stages
+        if (
+            isinstance(stage, bool)
+            or not isinstance(stage, (int, np.integer))
+            or not (0 <= stage < self.num_stages)
         ):
-            raise ValueError(f"stage: expected None or an int in [0, {self.num_stages}), got {stage!r}")
+            raise ValueError(
+                f"stage: expected None or an int in [0, {self.num_stages}), got {stage!r}"
+            )
         return [self.stages[stage]], self.stage_slices[stage]
 
     def _empty_infos(self, n: int) -> Any:
@@ -457,10 +467,12 @@ class PipelinedVectorEnv(VectorEnv):
         if op == "reset":
             reset_ids = context
             keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
-            return Ok((
-                None if items is None else [items[k] for k in keep],
-                [reset_infos[k] for k in keep],
-            ))
+            return Ok(
+                (
+                    None if items is None else [items[k] for k in keep],
+                    [reset_infos[k] for k in keep],
+                )
+            )
         n = len(w.env_indices)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             # the truncated step is followed by an autoreset step, as for any episode end
@@ -472,13 +484,15 @@ class PipelinedVectorEnv(VectorEnv):
                 reset_infos[k].insert(
                     0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
                 )
-        return Ok((
-            items,
-            np.zeros(n, dtype=np.float64),
-            np.zeros(n, dtype=np.bool_),
-            np.ones(n, dtype=np.bool_),
-            reset_infos,
-        ))
+        return Ok(
+            (
+                items,
+                np.zeros(n, dtype=np.float64),
+                np.zeros(n, dtype=np.bool_),
+                np.ones(n, dtype=np.bool_),
+                reset_infos,
+            )
+        )
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:
@@ -532,7 +546,9 @@ class PipelinedVectorEnv(VectorEnv):
             if env_options is not None and "reset_mask" in env_options:
                 mask = env_options.pop("reset_mask")
                 if not isinstance(mask, np.ndarray):
-                    raise TypeError(f"options['reset_mask']: expected a numpy array, got {type(mask)}")
+                    raise TypeError(
+                        f"options['reset_mask']: expected a numpy array, got {type(mask)}"
+                    )
                 if mask.shape != (n,):
                     raise ValueError(
                         f"options['reset_mask']: expected shape ({n},) (one per env of the "
@@ -568,8 +584,9 @@ class PipelinedVectorEnv(VectorEnv):
         if self._obs_view is not None:
             return self._obs_view
         # Text and OneOf are decoded on every read
-        return read_from_shared_memory(self.single_observation_space, self._buffers, n=self.num_envs)
-
+        return read_from_shared_memory(
+            self.single_observation_space, self._buffers, n=self.num_envs
+        )
 
     def reset(
         self,
@@ -1024,7 +1041,9 @@ class PipelinedVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ close
 
-    def close_extras(self, timeout: float | None = None, terminate: bool = False, **kwargs: Any) -> None:
+    def close_extras(
+        self, timeout: float | None = None, terminate: bool = False, **kwargs: Any
+    ) -> None:
         """Stop every worker and release shared memory. Always returns.
 
         All workers are stopped in parallel: each is asked to close its envs, and answers
@@ -1056,4 +1075,3 @@ class PipelinedVectorEnv(VectorEnv):
             f"num_stages={getattr(self, 'num_stages', '?')}, "
             f"envs_per_worker={getattr(self, 'envs_per_worker', '?')})"
         )
-

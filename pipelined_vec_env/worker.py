@@ -224,7 +224,9 @@ def _shares_objects(value: Any, previous: frozenset[int]) -> bool:
 class _WorkerEnvs:
     """The envs of one worker and their autoreset state."""
 
-    def __init__(self, envs: list[Env], env_indices: tuple[int, ...], autoreset_mode: AutoresetMode):
+    def __init__(
+        self, envs: list[Env], env_indices: tuple[int, ...], autoreset_mode: AutoresetMode
+    ):
         self.envs = envs
         self.env_indices = env_indices
         self.autoreset_mode = autoreset_mode
@@ -259,10 +261,14 @@ class _WorkerEnvs:
     def _actions(self, actions: Any, n: int) -> Any:
         if isinstance(actions, np.ndarray):
             return actions  # rows are the envs' actions
-        space = self.action_batch_space if n == len(self.envs) else batch_space(self.action_space, n)
+        space = (
+            self.action_batch_space if n == len(self.envs) else batch_space(self.action_space, n)
+        )
         return iterate(space, actions)
 
-    def reset(self, requests: list[tuple[int, Any, Any]]) -> tuple[list[Any] | None, list[list[dict]]]:
+    def reset(
+        self, requests: list[tuple[int, Any, Any]]
+    ) -> tuple[list[Any] | None, list[list[dict]]]:
         items: list[Any] = []
         infos = []
         done = []

@@ -44,6 +44,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 @contextlib.contextmanager
 def _main_module_hidden() -> Iterator[None]:
     """Start workers without re-importing the caller's ``__main__`` script in them.

@@ -224,7 +224,9 @@ class DecoupledRolloutCollector:
                         )
                     boot_at.append((t, g))
                     boot_obs.append(info["final_obs"])
-                timings.env_steps += self._track(g, t, float(traj.rewards[t]), terminated, truncated, info, episodes)
+                timings.env_steps += self._track(
+                    g, t, float(traj.rewards[t]), terminated, truncated, info, episodes
+                )
         if boot_obs:
             values = self.policy.get_value(obs_to_tensor(stack_obs(boot_obs), dev)).float()
             index = torch.as_tensor(boot_at, device=dev)
@@ -320,14 +322,18 @@ class DecoupledRolloutCollector:
         for first in range(0, episodes, n):
             count = min(n, episodes - first)
             seeds = [eval_seed + first + k if k < count else None for k in range(n)]
-            options = [factory.eval_reset_options(first + k) if k < count else None for k in range(n)]
+            options = [
+                factory.eval_reset_options(first + k) if k < count else None for k in range(n)
+            ]
             self.channel.reset(seed=seeds, options=options, timeout=self.timeout)
             self._episodes = [_Episode() for _ in range(n)]
             ended: dict[int, EpisodeRecord] = {}
 
             def on_transition(tr: Transition, ended: dict[int, EpisodeRecord] = ended) -> None:
                 records: list[EpisodeRecord] = []
-                self._track(tr.env_id, tr.step, tr.reward, tr.terminated, tr.truncated, tr.info, records)
+                self._track(
+                    tr.env_id, tr.step, tr.reward, tr.terminated, tr.truncated, tr.info, records
+                )
                 if records:
                     ended[tr.env_id] = records[0]
 

@@ -295,7 +295,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
     if profiler is not None:
         profiler.pause()  # only the rollouts are recorded (see recording())
     try:
-        agent = ActorCritic.from_config(config, envs.single_observation_space, envs.single_action_space).to(device)
+        agent = ActorCritic.from_config(
+            config, envs.single_observation_space, envs.single_action_space
+        ).to(device)
         if init_from is not None:
             init_info = load_init_checkpoint(agent, init_from, device)
             logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)

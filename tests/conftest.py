@@ -39,7 +39,9 @@ def assert_tree_equal(a: Any, b: Any, path: str = "") -> None:
             assert_tree_equal(x, y, f"{path}[{i}]")
     elif isinstance(a, np.ndarray):
         assert isinstance(b, np.ndarray), f"{path}: {type(b)} is not an array"
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        assert a.dtype == b.dtype and a.shape == b.shape, (
+            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        )
         if a.dtype == object:
             for i, (x, y) in enumerate(zip(a, b, strict=True)):
                 assert_tree_equal(x, y, f"{path}[{i}]")

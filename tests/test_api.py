@@ -210,10 +210,15 @@ def test_workers_die_with_their_parent(tmp_path):
         proc.wait(timeout=30)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(
-            psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+            psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+            for p in pids
         ):
             time.sleep(0.1)
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        alive = [
+            p
+            for p in pids
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
         assert alive == []
     finally:
         proc.kill()

@@ -73,7 +73,9 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
     # 8 env workers : 3 actors
     n = 8 * envs_per_worker
     envs = make_pipelined(
-        [partial(EchoEnv, i, latency_seed=1000 + i) for i in range(n)], num_stages=num_stages, envs_per_worker=envs_per_worker
+        [partial(EchoEnv, i, latency_seed=1000 + i) for i in range(n)],
+        num_stages=num_stages,
+        envs_per_worker=envs_per_worker,
     )
     seen: list[list[tuple[int, ...]]] = [[] for _ in range(3)]
     steps = 12
@@ -82,7 +84,9 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
         assert channel.num_workers == 8 and channel.rollout_queue_size == 3  # ceil(8 / 3)
         channel.reset(seed=0)
         for run in range(2):  # the second run continues each env from where it stopped
-            rollout = channel.run(steps, on_transition=lambda t: streams[t.env_id].append(t), timeout=30)
+            rollout = channel.run(
+                steps, on_transition=lambda t: streams[t.env_id].append(t), timeout=30
+            )
             np.testing.assert_array_equal(rollout.steps, np.full(n, steps))
             for g, traj in enumerate(rollout.trajectories):
                 assert traj.env_id == g and len(traj) == steps
@@ -110,7 +114,9 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
 def test_actor_takes_at_most_rollout_queue_size_env_batches(make_pipelined):
     envs = make_pipelined([partial(EchoEnv, i, 0.0) for i in range(4)])
     seen: list[tuple[int, ...]] = []
-    with InferenceChannel(envs, [echo_policy(seen)], rollout_queue_size=2, max_wait=0.01) as channel:
+    with InferenceChannel(
+        envs, [echo_policy(seen)], rollout_queue_size=2, max_wait=0.01
+    ) as channel:
         channel.reset(seed=0)
         rollout = channel.run(10, timeout=30)
     (stats,) = rollout.actor_stats
@@ -125,7 +131,9 @@ def test_partial_batch_when_no_more_requests_come(make_pipelined):
     # one env worker, an actor that would take 5 env batches: it must run after max_wait
     envs = make_pipelined([partial(EchoEnv, 0, 0.0)])
     seen: list[tuple[int, ...]] = []
-    with InferenceChannel(envs, [echo_policy(seen)], rollout_queue_size=5, max_wait=0.02) as channel:
+    with InferenceChannel(
+        envs, [echo_policy(seen)], rollout_queue_size=5, max_wait=0.02
+    ) as channel:
         channel.reset(seed=0)
         rollout = channel.run(3, timeout=10)
     assert seen == [(0,), (0,), (0,)] and rollout.actor_stats[0].batch_sizes == [1, 1, 1]
@@ -165,12 +173,17 @@ def test_actor_exception_is_raised_in_the_driving_thread(make_pipelined):
             raise PolicyFailed("env 3 at step 2")
         return env_ids * TOKEN + obs[:, 1]
 
-    envs = make_pipelined([partial(EchoEnv, i, latency_seed=1000 + i) for i in range(4)], num_stages=2)
+    envs = make_pipelined(
+        [partial(EchoEnv, i, latency_seed=1000 + i) for i in range(4)], num_stages=2
+    )
     with InferenceChannel(envs, [policy] * 3) as channel:
         channel.reset(seed=0)
         with pytest.raises(PolicyFailed, match="env 3 at step 2") as info:
             channel.run(10, timeout=30)
-        assert any("inference actor" in note for note in getattr(info.value, "__notes__", ["inference actor"]))
+        assert any(
+            "inference actor" in note
+            for note in getattr(info.value, "__notes__", ["inference actor"])
+        )
         with pytest.raises(RuntimeError, match="call reset"):
             channel.run(1)
         fail.clear()
@@ -280,7 +293,9 @@ def test_trajectories_equal_the_coupled_loop(
 
     # the coupled loop: the whole env steps at once
     obs, _ = envs.reset(seed=7)
-    expected: dict[str, list[Any]] = {k: [] for k in ("obs", "actions", "rewards", "terms", "truncs", "infos", "value")}
+    expected: dict[str, list[Any]] = {
+        k: [] for k in ("obs", "actions", "rewards", "terms", "truncs", "infos", "value")
+    }
     for _ in range(steps):
         actions, extras = policy(obs, np.arange(n))
         expected["obs"].append(obs)
@@ -373,15 +388,28 @@ def test_benchmark_runs_end_to_end(tmp_path):
     spec.loader.exec_module(module)
     out = tmp_path / "decoupled.json"
     args = module.Args(
-        num_envs=3, steps=3, rounds=1, median_ms=0.5, infer_a_ms=0.1, infer_b_ms=0.01,
-        actors=(1, 3), queue_sizes=(1, 0), extra_max_wait_ms=1.0, out=out,
+        num_envs=3,
+        steps=3,
+        rounds=1,
+        median_ms=0.5,
+        infer_a_ms=0.1,
+        infer_b_ms=0.01,
+        actors=(1, 3),
+        queue_sizes=(1, 0),
+        extra_max_wait_ms=1.0,
+        out=out,
     )
     module.main(args)
     report = json.loads(out.read_text())
     modes = [row["mode"] for row in report["rows"]]
     assert modes == [
-        "sync", "staged-2", "decoupled a=1 q=1", "decoupled a=1 q=default",
-        "decoupled a=1 q=default w=1ms", "decoupled a=3 q=1", "decoupled a=3 q=default",
+        "sync",
+        "staged-2",
+        "decoupled a=1 q=1",
+        "decoupled a=1 q=default",
+        "decoupled a=1 q=default w=1ms",
+        "decoupled a=3 q=1",
+        "decoupled a=3 q=default",
         "decoupled a=3 q=default w=1ms",
     ]
     for row in report["rows"]:

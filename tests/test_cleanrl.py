@@ -24,13 +24,20 @@ pytest.importorskip("tyro")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TINY = [
-    "--env-id", "Pendulum-v1",
-    "--max-episode-steps", "30",
-    "--num-envs", "2",
-    "--num-steps", "48",
-    "--total-timesteps", "192",  # 2 rollouts; episodes end inside and across them
-    "--num-minibatches", "2",
-    "--update-epochs", "1",
+    "--env-id",
+    "Pendulum-v1",
+    "--max-episode-steps",
+    "30",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "48",
+    "--total-timesteps",
+    "192",  # 2 rollouts; episodes end inside and across them
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
 ]
 
 
@@ -74,7 +81,10 @@ def test_a_budget_too_small_for_one_episode_says_so(capsys):
     short = [*TINY[:2], "--max-episode-steps", "500", *TINY[4:]]
     args = module.tyro.cli(module.Args, args=[*short, "--total-timesteps", "96"])
     result = module.main(args)
-    assert result["episodes"] == [] and "no episode finished within 96 env steps" in capsys.readouterr().out
+    assert (
+        result["episodes"] == []
+        and "no episode finished within 96 env steps" in capsys.readouterr().out
+    )
 
 
 def test_one_stage_of_the_staged_loop_matches_the_plain_loop(monkeypatch):
@@ -117,7 +127,9 @@ def test_lambda_wrappers_match_sync_vector_env(make_pipelined):
         return [
             lambda i=i: gym.wrappers.TransformObservation(
                 gym.wrappers.NormalizeObservation(
-                    gym.wrappers.RecordEpisodeStatistics(gym.make("Pendulum-v1", max_episode_steps=5 + i))
+                    gym.wrappers.RecordEpisodeStatistics(
+                        gym.make("Pendulum-v1", max_episode_steps=5 + i)
+                    )
                 ),
                 lambda obs: np.clip(obs, -0.5, 0.5),
                 None,

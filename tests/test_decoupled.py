@@ -20,7 +20,9 @@ pytestmark = pytest.mark.timeout(120)
 def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, envs_per_worker):
     n = 9
     envs = make_pipelined(
-        [partial(EchoEnv, i) for i in range(n)], num_stages=num_stages, envs_per_worker=envs_per_worker
+        [partial(EchoEnv, i) for i in range(n)],
+        num_stages=num_stages,
+        envs_per_worker=envs_per_worker,
     )
     envs.async_reset(seed=0)
     sent: dict[int, list[int]] = {i: [] for i in range(n)}
@@ -54,7 +56,9 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
 
 
 def test_recv_batch_size_and_env_ids(make_pipelined):
-    envs = make_pipelined([partial(CountingEnv, i, 100) for i in range(6)], num_stages=2, envs_per_worker=2)
+    envs = make_pipelined(
+        [partial(CountingEnv, i, 100) for i in range(6)], num_stages=2, envs_per_worker=2
+    )
     envs.async_reset(seed=0)
     obs, rew, term, trunc, info = envs.recv(batch_size=6, timeout=30)
     assert sorted(info["env_id"].tolist()) == list(range(6))
@@ -70,7 +74,7 @@ def test_recv_batch_size_and_env_ids(make_pipelined):
         envs.send(np.ones(1, dtype=np.int64), [5])
     with pytest.raises(ValueError, match="batch_size"):
         envs.recv(batch_size=4)
-    obs, rew, *_ , info = envs.recv(batch_size=3, timeout=30)
+    obs, rew, *_, info = envs.recv(batch_size=3, timeout=30)
     assert sorted(info["env_id"].tolist()) == [1, 3, 5]
     np.testing.assert_array_equal(obs[:, 1], [1, 1, 1])
     by_id = dict(zip(info["env_id"].tolist(), rew.tolist(), strict=True))

@@ -59,7 +59,9 @@ def test_stage_calls_record_the_same_episodes_as_gymnasium(make_pipelined, mode)
 
 
 def test_stage_reset_restarts_only_that_stage(make_pipelined):
-    envs = RecordEpisodeStatistics(make_pipelined([partial(CountingEnv, i, 10) for i in range(4)], num_stages=2))
+    envs = RecordEpisodeStatistics(
+        make_pipelined([partial(CountingEnv, i, 10) for i in range(4)], num_stages=2)
+    )
     envs.reset(seed=0)
     envs.step(np.zeros(4, dtype=np.int64))
     envs.reset_async(stage=1)

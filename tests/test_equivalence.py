@@ -31,7 +31,9 @@ def done_mask(term: np.ndarray, trunc: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-@pytest.mark.parametrize("num_stages,envs_per_worker", [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)])
+@pytest.mark.parametrize(
+    "num_stages,envs_per_worker", [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)]
+)
 def test_whole_env_calls_match_sync(make_pipelined, mode, num_stages, envs_per_worker):
     ours = make_pipelined(
         env_fns(), num_stages=num_stages, envs_per_worker=envs_per_worker, autoreset_mode=mode
@@ -127,6 +129,7 @@ def test_observation_mode_different(make_pipelined):
             env = CountingEnv(0, 3)
             env.observation_space = gym.spaces.Box(-high, high, shape=(3,), dtype=np.float64)
             return env
+
         return fn
 
     fns = [make(10.0), make(20.0), make(30.0)]

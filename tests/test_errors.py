@@ -56,7 +56,10 @@ def test_worker_exception_keeps_type_and_traceback(make_pipelined):
     np.testing.assert_array_equal(obs[:, 0], [1, 1])
 
 
-@pytest.mark.parametrize("action,type_name", [(F.ODD_ERROR, "OddConstructorError"), (F.UNPICKLABLE_ERROR, "UnpicklableError")])
+@pytest.mark.parametrize(
+    "action,type_name",
+    [(F.ODD_ERROR, "OddConstructorError"), (F.UNPICKLABLE_ERROR, "UnpicklableError")],
+)
 def test_exception_that_cannot_be_rebuilt_becomes_worker_error(make_pipelined, action, type_name):
     envs = faulty(make_pipelined)
     with pytest.raises(WorkerError) as info:

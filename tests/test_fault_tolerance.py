@@ -34,7 +34,12 @@ def test_failed_worker_is_rebuilt_and_its_episodes_truncated(make_pipelined, cap
     assert "restarting worker 2" in caplog.text
     np.testing.assert_array_equal(trunc, [False, False, True, False])
     np.testing.assert_array_equal(obs[:, 0], [2, 2, 0, 2])  # env 2 starts over
-    assert info["worker_restarted"][2] and info["_worker_restarted"].tolist() == [False, False, True, False]
+    assert info["worker_restarted"][2] and info["_worker_restarted"].tolist() == [
+        False,
+        False,
+        True,
+        False,
+    ]
     if mode == AutoresetMode.SAME_STEP:
         assert info["_final_obs"].tolist() == [False, False, True, False]
     assert envs.restart_counts == (0, 0, 1, 0)
@@ -50,7 +55,9 @@ def test_failed_worker_is_rebuilt_and_its_episodes_truncated(make_pipelined, cap
 
 
 def test_failure_during_stage_step_restarts_only_that_worker(make_pipelined):
-    envs = make_pipelined([partial(CountingEnv, i, 100) for i in range(2)], num_stages=2, max_restarts=2)
+    envs = make_pipelined(
+        [partial(CountingEnv, i, 100) for i in range(2)], num_stages=2, max_restarts=2
+    )
     envs.reset(seed=0)
     envs.step_async(acts(0), stage=0)
     victim = envs.stages[1].workers[0]
@@ -70,7 +77,9 @@ def test_step_deadline_kills_a_hung_worker(make_pipelined):
     with pytest.raises(WorkerCrashedError) as info:
         envs.step(acts(F.SLEEP, 0))
     assert info.value.env_indices == (0,)
-    restarting = make_pipelined([partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1)
+    restarting = make_pipelined(
+        [partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1
+    )
     restarting.reset(seed=0)
     _, _, _, trunc, info = restarting.step(acts(F.SLEEP, 0))
     assert trunc.tolist() == [True, False] and info["worker_restarted"][0]
@@ -78,7 +87,6 @@ def test_step_deadline_kills_a_hung_worker(make_pipelined):
 
 def test_reset_failure_is_restarted_too(make_pipelined):
     class ResetOnceFails(CountingEnv):
-
         def reset(self, *, seed=None, options=None):
             if options and options.get("boom"):
                 raise RuntimeError("reset failed")
@@ -124,10 +132,15 @@ def recv_all(envs, count):
 @pytest.mark.parametrize("shared_memory", [True, False])
 @pytest.mark.parametrize("bad", [F.SIGKILL, F.RAISE])
 @pytest.mark.parametrize("mode", list(AutoresetMode))
-def test_decoupled_failure_rebuilds_the_worker_and_truncates_its_episodes(make_pipelined, caplog, mode, bad, shared_memory):
+def test_decoupled_failure_rebuilds_the_worker_and_truncates_its_episodes(
+    make_pipelined, caplog, mode, bad, shared_memory
+):
     # workers [0, 1] and [2, 3]; env 2 fails while env 3, on the same worker, is not in flight
     envs = make_pipelined(
-        [FaultyEnv for _ in range(4)], envs_per_worker=2, max_restarts=1, autoreset_mode=mode,
+        [FaultyEnv for _ in range(4)],
+        envs_per_worker=2,
+        max_restarts=1,
+        autoreset_mode=mode,
         shared_memory=shared_memory,
     )
     envs.async_reset(seed=0)
@@ -220,7 +233,9 @@ def test_decoupled_step_deadline_kills_a_hung_worker(make_pipelined):
 def test_channel_run_survives_a_hung_simulator(make_pipelined):
     from pipelined_vec_env.channel import InferenceChannel
 
-    envs = make_pipelined([partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1)
+    envs = make_pipelined(
+        [partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1
+    )
 
     def policy(obs, env_ids):
         hang = (env_ids == 0) & (obs[:, 0] == 2) & (envs.restart_counts[0] == 0)

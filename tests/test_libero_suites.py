@@ -42,7 +42,9 @@ def test_robosuite_macro_file_notice_is_dropped_and_other_messages_pass() -> Non
             + "import robosuite\n"
             "logging.getLogger('robosuite_logs').warning('another robosuite warning')\n"
         )
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr
         return done.stderr
 

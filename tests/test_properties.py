@@ -67,7 +67,11 @@ class SpaceEnv(gym.Env):
     """
 
     def __init__(
-        self, env_id: int, observation_space: spaces.Space, action_space: spaces.Space, episode_length: int
+        self,
+        env_id: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        episode_length: int,
     ) -> None:
         self.env_id = env_id
         self.observation_space = observation_space
@@ -98,7 +102,13 @@ class SpaceEnv(gym.Env):
         if self.count % 2:
             info["odd"] = self.digest
         reward = self.digest % 1000 + self.env_id / 10
-        return self._obs(), reward, done and self.env_id % 2 == 0, done and self.env_id % 2 == 1, info
+        return (
+            self._obs(),
+            reward,
+            done and self.env_id % 2 == 0,
+            done and self.env_id % 2 == 1,
+            info,
+        )
 
     def state(self) -> tuple[int, int, int]:
         """``(env_id, count, digest)``: everything the env's future depends on."""
@@ -135,8 +145,12 @@ def any_spaces(bounded: bool = False) -> st.SearchStrategy[spaces.Space]:
     return st.recursive(
         leaf_spaces(bounded),
         lambda children: st.one_of(
-            st.dictionaries(st.sampled_from("abcd"), children, min_size=1, max_size=3).map(spaces.Dict),
-            st.lists(children, min_size=1, max_size=3).map(lambda items: spaces.Tuple(tuple(items))),
+            st.dictionaries(st.sampled_from("abcd"), children, min_size=1, max_size=3).map(
+                spaces.Dict
+            ),
+            st.lists(children, min_size=1, max_size=3).map(
+                lambda items: spaces.Tuple(tuple(items))
+            ),
         ),
         max_leaves=5,
     )
@@ -179,7 +193,9 @@ def corrupt(space: spaces.Space, valid: Any, n: int, how: str, seed: int) -> Any
         broken = _break_leaf(space, valid)
         if broken is not None:
             return broken
-    if how == "float" and isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+    if how == "float" and isinstance(
+        space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    ):
         return np.asarray(valid, dtype=np.float64) + 0.5
     wrong = batch_space(space, n + 1)  # "length", and the fallback
     wrong.seed(seed)
@@ -250,7 +266,10 @@ class Harness:
             if op == "step":
                 got += [np.asarray(part)[rel] for part in result[1:4]]
             got.append(slice_infos(result[-1], rel))
-            want = [*expected[:-1], slice_infos(expected[-1], slice(0, self.slices[s].stop - self.slices[s].start))]
+            want = [
+                *expected[:-1],
+                slice_infos(expected[-1], slice(0, self.slices[s].stop - self.slices[s].start)),
+            ]
             assert_tree_equal(tuple(got), tuple(want), f"stage {s} {op}")
             self.pending[s] = None
 
@@ -259,7 +278,9 @@ class Harness:
     def step_async(self, stage: Any, seed: int, corruption: str | None) -> None:
         selected = self._stages(stage)
         if selected is None:
-            self._expect(lambda: self.envs.step_async(np.zeros(1), stage=stage), ValueError, match="stage")
+            self._expect(
+                lambda: self.envs.step_async(np.zeros(1), stage=stage), ValueError, match="stage"
+            )
             return
         span = self._span(stage)
         n = span.stop - span.start
@@ -293,7 +314,8 @@ class Harness:
             self._expect(lambda: wait(stage=stage, timeout=HANG), ValueError, match="stage")
             return
         matches = all(
-            self.pending[s] is not None and self.pending[s][:2] == (op, stage is None) for s in selected
+            self.pending[s] is not None and self.pending[s][:2] == (op, stage is None)
+            for s in selected
         )
         if not matches:
             self._expect(lambda: wait(stage=stage, timeout=HANG), NoAsyncCallError)
@@ -312,10 +334,14 @@ class Harness:
     def reset_wait(self, stage: Any, timeout: float | None) -> None:
         self._wait("reset", stage, timeout)
 
-    def reset_async(self, stage: Any, seed: int | None, mask: list[bool] | None, bad_seeds: bool) -> None:
+    def reset_async(
+        self, stage: Any, seed: int | None, mask: list[bool] | None, bad_seeds: bool
+    ) -> None:
         selected = self._stages(stage)
         if selected is None:
-            self._expect(lambda: self.envs.reset_async(seed=seed, stage=stage), ValueError, match="stage")
+            self._expect(
+                lambda: self.envs.reset_async(seed=seed, stage=stage), ValueError, match="stage"
+            )
             return
         span = self._span(stage)
         n = span.stop - span.start
@@ -326,10 +352,15 @@ class Harness:
             options = {"reset_mask": mask_array}
         if bad_seeds or (mask_array is not None and not mask_array.any()):
             seeds = [0] * (n + 1) if bad_seeds else seed
-            self._expect(lambda: self.envs.reset_async(seed=seeds, options=options, stage=stage), BAD_INPUT)
+            self._expect(
+                lambda: self.envs.reset_async(seed=seeds, options=options, stage=stage), BAD_INPUT
+            )
             return
         if any(self.pending[s] is not None for s in selected):
-            self._expect(lambda: self.envs.reset_async(seed=seed, options=options, stage=stage), AlreadyPendingCallError)
+            self._expect(
+                lambda: self.envs.reset_async(seed=seed, options=options, stage=stage),
+                AlreadyPendingCallError,
+            )
             return
         self.envs.reset_async(seed=seed, options=options, stage=stage)
         for s in selected:
@@ -347,9 +378,13 @@ class Harness:
 
     def call_at(self, indices: list[int]) -> None:
         if any(not 0 <= g < self.envs.num_envs for g in indices):
-            self._expect(lambda: self.envs.call_at(indices, "state"), ValueError, match="env_indices")
+            self._expect(
+                lambda: self.envs.call_at(indices, "state"), ValueError, match="env_indices"
+            )
             return
-        touched = {s for s, sl in enumerate(self.slices) for g in indices if sl.start <= g < sl.stop}
+        touched = {
+            s for s, sl in enumerate(self.slices) for g in indices if sl.start <= g < sl.stop
+        }
         if any(self.pending[s] is not None for s in touched):
             self._expect(lambda: self.envs.call_at(indices, "state"), AlreadyPendingCallError)
             return
@@ -358,9 +393,13 @@ class Harness:
     def set_delay(self, indices: list[int], delay: float) -> None:
         """Make the envs ``indices`` slow (or fast again); only the pipelined envs, since
         the delay changes no result."""
-        touched = {s for s, sl in enumerate(self.slices) for g in indices if sl.start <= g < sl.stop}
+        touched = {
+            s for s, sl in enumerate(self.slices) for g in indices if sl.start <= g < sl.stop
+        }
         if any(self.pending[s] is not None for s in touched):
-            self._expect(lambda: self.envs.set_attr_at(indices, "delay", delay), AlreadyPendingCallError)
+            self._expect(
+                lambda: self.envs.set_attr_at(indices, "delay", delay), AlreadyPendingCallError
+            )
             return
         self.envs.set_attr_at(indices, "delay", delay)
 
@@ -411,7 +450,9 @@ def operations(num_envs: int, num_stages: int) -> st.SearchStrategy[tuple]:
     valid_stage = st.one_of(st.none(), st.integers(0, num_stages - 1))
     stage = st.one_of(valid_stage, valid_stage, st.sampled_from([-1, num_stages, True]))
     timeout = st.sampled_from([None, None, 0.0])
-    corruption = st.one_of(st.none(), st.none(), st.sampled_from(["length", "garbage", "leaf", "float"]))
+    corruption = st.one_of(
+        st.none(), st.none(), st.sampled_from(["length", "garbage", "leaf", "float"])
+    )
     mask = st.one_of(st.none(), st.lists(st.booleans(), min_size=num_envs, max_size=num_envs))
     return st.one_of(
         st.tuples(st.just("step_async"), stage, st.integers(0, 2**16), corruption),
@@ -474,7 +515,10 @@ def staged() -> Iterator[Harness]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**16), ops=st.lists(operations(NUM_ENVS, NUM_STAGES), min_size=8, max_size=30))
+@given(
+    seed=st.integers(0, 2**16),
+    ops=st.lists(operations(NUM_ENVS, NUM_STAGES), min_size=8, max_size=30),
+)
 def test_random_interleavings_match_the_model(staged: Harness, seed: int, ops: list[tuple]) -> None:
     staged.resync(seed)
     for op in ops:
@@ -500,7 +544,11 @@ def test_random_interleavings_match_the_model(staged: Harness, seed: int, ops: l
     data=st.data(),
 )
 def test_random_spaces_match_the_model_and_close_in_flight(
-    obs_space: spaces.Space, act_space: spaces.Space, mode: AutoresetMode, seed: int, data: st.DataObject
+    obs_space: spaces.Space,
+    act_space: spaces.Space,
+    mode: AutoresetMode,
+    seed: int,
+    data: st.DataObject,
 ) -> None:
     fns = [partial(SpaceEnv, i, obs_space, act_space, 2 + i % 2) for i in range(3)]
     envs = PipelinedVectorEnv(fns, num_stages=2, envs_per_worker=2, autoreset_mode=mode)
@@ -512,7 +560,9 @@ def test_random_spaces_match_the_model_and_close_in_flight(
         for op in ops:
             harness.run(op)
         harness.drain()
-        in_flight = data.draw(st.lists(st.booleans(), min_size=2, max_size=2), label="in flight at close")
+        in_flight = data.draw(
+            st.lists(st.booleans(), min_size=2, max_size=2), label="in flight at close"
+        )
         for s, busy in enumerate(in_flight):
             if busy:
                 harness.step_async(s, seed + s, None)
@@ -520,7 +570,9 @@ def test_random_spaces_match_the_model_and_close_in_flight(
         envs.close(timeout=HANG)
         assert envs.closed
         for pid in pids:
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            assert (
+                not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            )
     finally:
         envs.close(terminate=True)
         harness.close_models()

@@ -125,8 +125,12 @@ def test_same_trace_as_multiprocessing(ray_local, make_pipelined):
     assert r.wait_any() == 1
     assert_tree_equal(r.step_wait(stage=1), m.step_wait(stage=1))
     assert_tree_equal(
-        r.reset(seed=[5, None, 7, None], options={"reset_mask": np.array([True, False, True, False])}),
-        m.reset(seed=[5, None, 7, None], options={"reset_mask": np.array([True, False, True, False])}),
+        r.reset(
+            seed=[5, None, 7, None], options={"reset_mask": np.array([True, False, True, False])}
+        ),
+        m.reset(
+            seed=[5, None, 7, None], options={"reset_mask": np.array([True, False, True, False])}
+        ),
     )
     r.set_attr_at([3], "episode_length", 50)
     m.set_attr_at([3], "episode_length", 50)
@@ -236,7 +240,9 @@ def test_worker_exceptions_keep_type_and_traceback(ray_local, make_pipelined):
 
 
 def test_timeout_keeps_the_call_in_flight(ray_local, make_pipelined):
-    envs = make_pipelined([partial(FaultyEnv, 1.0) for _ in range(2)], backend="ray", ray_options=SMALL)
+    envs = make_pipelined(
+        [partial(FaultyEnv, 1.0) for _ in range(2)], backend="ray", ray_options=SMALL
+    )
     envs.reset(seed=0)
     envs.step_async(acts(F.SLEEP, 0))
     with pytest.raises(WaitTimeoutError):
@@ -430,7 +436,10 @@ def test_two_node_cluster_places_actors_by_resource_and_node(ray_sessions, make_
         backend="ray",
         ray_options={"num_cpus": 0.25, "node_ids": [head_id, worker_node.node_id]},
     )
-    assert ray.get([h.actor.node_id.remote() for h in pinned._handles]) == [head_id, worker_node.node_id]
+    assert ray.get([h.actor.node_id.remote() for h in pinned._handles]) == [
+        head_id,
+        worker_node.node_id,
+    ]
     local = make_pipelined(counting_fns(2, "box"), num_stages=2)
     for envs in (by_resource, pinned):
         assert_tree_equal(envs.reset(seed=1), local.reset(seed=1))

@@ -20,9 +20,17 @@ def closing():
 
 
 def test_make_vec_matches_gymnasium_make_vec(closing):
-    ours = make_vec("CartPole-v1", 4, num_stages=2, envs_per_worker=2, wrappers=[gym.wrappers.TimeAwareObservation])
+    ours = make_vec(
+        "CartPole-v1",
+        4,
+        num_stages=2,
+        envs_per_worker=2,
+        wrappers=[gym.wrappers.TimeAwareObservation],
+    )
     closing(ours)
-    ref = gym.make_vec("CartPole-v1", 4, vectorization_mode="sync", wrappers=[gym.wrappers.TimeAwareObservation])
+    ref = gym.make_vec(
+        "CartPole-v1", 4, vectorization_mode="sync", wrappers=[gym.wrappers.TimeAwareObservation]
+    )
     closing(ref)
     assert isinstance(ours, PipelinedVectorEnv) and ours.num_stages == 2
     assert ours.single_observation_space == ref.single_observation_space
@@ -37,7 +45,9 @@ def test_make_vec_matches_gymnasium_make_vec(closing):
 
 
 def test_make_vec_env_kwargs_and_vector_kwargs(closing):
-    envs = make_vec("CartPole-v1", 2, max_episode_steps=3, vector_kwargs={"autoreset_mode": "SameStep"})
+    envs = make_vec(
+        "CartPole-v1", 2, max_episode_steps=3, vector_kwargs={"autoreset_mode": "SameStep"}
+    )
     closing(envs)
     envs.reset(seed=0)
     for _ in range(2):
@@ -50,7 +60,9 @@ def test_make_vec_env_kwargs_and_vector_kwargs(closing):
 
 def test_gymnasium_make_vec_returns_pipelined_env_for_registered_id(closing):
     pipelined_vec_env.register(
-        "TestPipelinedCartPole-v1", entry_point=gym.spec("CartPole-v1").entry_point, max_episode_steps=50
+        "TestPipelinedCartPole-v1",
+        entry_point=gym.spec("CartPole-v1").entry_point,
+        max_episode_steps=50,
     )
     envs = gym.make_vec("TestPipelinedCartPole-v1", num_envs=4, num_stages=2)
     closing(envs)

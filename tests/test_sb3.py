@@ -63,10 +63,14 @@ def counting_fns(kind: str = "box") -> list[Callable[[], gym.Env]]:
                 "count": spaces.Box(0, 1000, (1,), np.int64),
             }
         )
-        return [lambda fn=fn: gym.wrappers.TransformObservation(fn(), _dict_obs, space) for fn in fns]
+        return [
+            lambda fn=fn: gym.wrappers.TransformObservation(fn(), _dict_obs, space) for fn in fns
+        ]
     if kind == "tuple":
         space = spaces.Tuple((spaces.Box(-np.inf, np.inf, (3,), np.float64), spaces.Discrete(1000)))
-        return [lambda fn=fn: gym.wrappers.TransformObservation(fn(), _tuple_obs, space) for fn in fns]
+        return [
+            lambda fn=fn: gym.wrappers.TransformObservation(fn(), _tuple_obs, space) for fn in fns
+        ]
     if kind == "cartpole":
         return [lambda: gym.make("CartPole-v1", max_episode_steps=5) for _ in range(NUM_ENVS)]
     raise ValueError(kind)
@@ -130,14 +134,18 @@ def trace(venv: VecEnv, steps: int, options: list[dict] | None = None) -> list[A
     [("box", 1, 1), ("box", 2, 2), ("dict", 2, 1), ("tuple", 1, 2), ("cartpole", 2, 1)],
 )
 def test_matches_subproc_vec_env(vec_envs, kind, num_stages, envs_per_worker):
-    ours = vec_envs(SB3VecEnv(counting_fns(kind), num_stages=num_stages, envs_per_worker=envs_per_worker))
+    ours = vec_envs(
+        SB3VecEnv(counting_fns(kind), num_stages=num_stages, envs_per_worker=envs_per_worker)
+    )
     ref = vec_envs(subproc(counting_fns(kind)))
     assert ours.observation_space == ref.observation_space
     assert ours.action_space == ref.action_space
     options = None if kind == "cartpole" else [{"start_count": i} for i in range(NUM_ENVS)]
     got, want = trace(ours, 14, options), trace(ref, 14, options)
     assert_tree_equal(got, want)
-    step_infos = [item for item in got if isinstance(item, list) and "TimeLimit.truncated" in item[0]]
+    step_infos = [
+        item for item in got if isinstance(item, list) and "TimeLimit.truncated" in item[0]
+    ]
     ends = [info for infos in step_infos for info in infos if "terminal_observation" in info]
     truncated = [info["TimeLimit.truncated"] for info in ends]
     assert len(ends) >= 8
@@ -234,7 +242,9 @@ def test_ppo_learns_cartpole():
     import torch
 
     torch.set_num_threads(1)
-    venv = VecMonitor(SB3VecEnv([lambda: gym.make("CartPole-v1") for _ in range(8)], envs_per_worker=4))
+    venv = VecMonitor(
+        SB3VecEnv([lambda: gym.make("CartPole-v1") for _ in range(8)], envs_per_worker=4)
+    )
     try:
         venv.seed(0)
         model = PPO(
@@ -263,8 +273,12 @@ def test_ppo_learns_cartpole():
 
 
 def test_sac_smoke(vec_envs):
-    venv = vec_envs(SB3VecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=20) for _ in range(2)]))
-    model = SAC("MlpPolicy", venv, learning_starts=8, batch_size=8, buffer_size=100, seed=0, device="cpu")
+    venv = vec_envs(
+        SB3VecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=20) for _ in range(2)])
+    )
+    model = SAC(
+        "MlpPolicy", venv, learning_starts=8, batch_size=8, buffer_size=100, seed=0, device="cpu"
+    )
     model.learn(24)
     assert model.num_timesteps == 24
     assert model.replay_buffer.size() == 12  # 24 steps over 2 envs
@@ -283,8 +297,17 @@ def test_sb3_example_runs():
     spec.loader.exec_module(module)
     args = module.tyro.cli(
         module.Args,
-        args=["--num-envs", "2", "--envs-per-worker", "1", "--total-timesteps", "128",
-              "--eval-episodes", "1", "--normalize"],
+        args=[
+            "--num-envs",
+            "2",
+            "--envs-per-worker",
+            "1",
+            "--total-timesteps",
+            "128",
+            "--eval-episodes",
+            "1",
+            "--normalize",
+        ],
     )
     assert module.main(args) > 0  # CartPole pays 1 per step
 

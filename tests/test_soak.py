@@ -47,6 +47,13 @@ def test_soak_main_tiny(tmp_path: Path) -> None:
     assert saved["env_steps"] == result["env_steps"] == 2000
     assert len(saved["samples"]) == 6
     fits = saved["fits"]
-    assert set(fits) >= {"parent_rss", "children_rss", "total_rss", "parent_fds", "children_fds", "shm_maps"}
+    assert set(fits) >= {
+        "parent_rss",
+        "children_rss",
+        "total_rss",
+        "parent_fds",
+        "children_fds",
+        "shm_maps",
+    }
     assert fits["parent_fds"]["flat"] and fits["children_fds"]["flat"] and fits["shm_maps"]["flat"]
     assert all(s["children"] >= 2 for s in saved["samples"])  # the workers were counted

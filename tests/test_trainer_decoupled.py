@@ -41,8 +41,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
-          "final_values", "next_value")
+FIELDS = (
+    "obs",
+    "actions",
+    "logprobs",
+    "values",
+    "rewards",
+    "terminated",
+    "truncated",
+    "final_values",
+    "next_value",
+)
 
 
 class Slow(gym.Wrapper):
@@ -74,17 +83,27 @@ def _serial(envs: Any, rollouts: int, num_steps: int) -> list:
 
 
 @pytest.mark.parametrize("num_stages,envs_per_worker,num_actors", [(1, 1, 3), (2, 2, 2)])
-def test_decoupled_rollouts_equal_the_serial_loop(make_pipelined, num_stages, envs_per_worker, num_actors):
+def test_decoupled_rollouts_equal_the_serial_loop(
+    make_pipelined, num_stages, envs_per_worker, num_actors
+):
     fns = [functools.partial(make_slow_drift_env, i) for i in range(5)]
     envs = make_pipelined(
-        fns, num_stages=num_stages, envs_per_worker=envs_per_worker,
+        fns,
+        num_stages=num_stages,
+        envs_per_worker=envs_per_worker,
         autoreset_mode=AutoresetMode.SAME_STEP,
     )
     num_steps, rollouts = 7, 2
     expected = _serial(envs, rollouts, num_steps)
     collector = DecoupledRolloutCollector(
-        envs, ElementwisePolicy(), num_steps, torch.device("cpu"), num_actors=num_actors,
-        max_wait=0.001, noise_seed=11, timeout=60,
+        envs,
+        ElementwisePolicy(),
+        num_steps,
+        torch.device("cpu"),
+        num_actors=num_actors,
+        max_wait=0.001,
+        noise_seed=11,
+        timeout=60,
     )
     try:
         collector.reset(seed=3)
@@ -103,8 +122,9 @@ def test_decoupled_rollouts_equal_the_serial_loop(make_pipelined, num_stages, en
         rewards = torch.from_numpy(g.rewards.astype(np.float32)) + 0.9 * g.final_values
         adv_g, _ = compute_gae(rewards, g.values, ends, g.next_value, 0.9, 0.95)
         rewards = torch.from_numpy(e.rewards.astype(np.float32)) + 0.9 * e.final_values
-        adv_e, _ = compute_gae(rewards, e.values, torch.from_numpy(e.terminated | e.truncated),
-                               e.next_value, 0.9, 0.95)
+        adv_e, _ = compute_gae(
+            rewards, e.values, torch.from_numpy(e.terminated | e.truncated), e.next_value, 0.9, 0.95
+        )
         torch.testing.assert_close(adv_g, adv_e, rtol=0, atol=0)
     assert (got[0].truncated & ~got[0].terminated).any()  # bootstraps were exercised
 
@@ -176,8 +196,15 @@ def test_decoupled_evaluation_equals_the_in_process_one(make_pipelined):
     )
     expected = evaluate(policy, factory, torch.device("cpu"), 5, 100)  # type: ignore[arg-type]
     collector = DecoupledRolloutCollector(
-        envs, policy, 4, torch.device("cpu"), num_actors=2, noise_seed=1, timeout=60,
-        steps_info_key=factory.steps_info_key, steps_per_decision=factory.steps_per_decision,
+        envs,
+        policy,
+        4,
+        torch.device("cpu"),
+        num_actors=2,
+        noise_seed=1,
+        timeout=60,
+        steps_info_key=factory.steps_info_key,
+        steps_per_decision=factory.steps_per_decision,
     )
     try:
         collector.reset(seed=0)
@@ -206,10 +233,22 @@ needs_flags = pytest.mark.skipif(
 @needs_flags
 def test_train_decoupled_tiny_run(tmp_path):
     config = TrainConfig(
-        env_id="InvertedPendulum-v5", num_envs=3, num_stages=2, num_steps=8,
-        total_timesteps=72, num_minibatches=4, update_epochs=1, eval_episodes=4,
-        eval_every=1, eval_video=False, run_dir=str(tmp_path), run_name="run", progress=False,
-        checkpoint_every=0, torch_threads=1, tensorboard=False,
+        env_id="InvertedPendulum-v5",
+        num_envs=3,
+        num_stages=2,
+        num_steps=8,
+        total_timesteps=72,
+        num_minibatches=4,
+        update_epochs=1,
+        eval_episodes=4,
+        eval_every=1,
+        eval_video=False,
+        run_dir=str(tmp_path),
+        run_name="run",
+        progress=False,
+        checkpoint_every=0,
+        torch_threads=1,
+        tensorboard=False,
         **{"decoupled": True, "num_actors": 2, "rollout_queue_size": 1, "max_wait": 0.001},
     )
     summary = train(config)
@@ -226,14 +265,46 @@ def test_train_decoupled_tiny_run(tmp_path):
 )
 def test_train_libero_example_decoupled(tmp_path):
     result = subprocess.run(
-        [sys.executable, "examples/train_libero.py", "--from-scratch", "--decoupled",
-         "--num-actors", "2",
-         "--rollout-queue-size", "1", "--max-wait", "0.002", "--num-envs", "2",
-         "--num-stages", "2", "--num-steps", "4", "--chunk-size", "4",
-         "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1",
-         "--eval-init-states", "30:32", "--horizon", "24", "--no-eval-video", "--no-progress",
-         "--run-dir", str(tmp_path), "--run-name", "libero"],
-        cwd=REPO, capture_output=True, text=True, timeout=280,
+        [
+            sys.executable,
+            "examples/train_libero.py",
+            "--from-scratch",
+            "--decoupled",
+            "--num-actors",
+            "2",
+            "--rollout-queue-size",
+            "1",
+            "--max-wait",
+            "0.002",
+            "--num-envs",
+            "2",
+            "--num-stages",
+            "2",
+            "--num-steps",
+            "4",
+            "--chunk-size",
+            "4",
+            "--total-timesteps",
+            "64",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+            "--eval-init-states",
+            "30:32",
+            "--horizon",
+            "24",
+            "--no-eval-video",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path),
+            "--run-name",
+            "libero",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "libero" / "summary.json").read_text())

@@ -54,7 +54,9 @@ class DriftEnv(gym.Env):
     def step(self, action: np.ndarray):
         self.t += 1
         action = np.asarray(action, dtype=np.float32)
-        self.drift = np.float32(self.drift * np.float32(0.9) + action[0] - np.float32(0.5) * action[1])
+        self.drift = np.float32(
+            self.drift * np.float32(0.9) + action[0] - np.float32(0.5) * action[1]
+        )
         done = self.t >= self.length
         terminated = done and self.env_id % 2 == 0
         truncated = done and self.env_id % 2 == 1
@@ -88,11 +90,23 @@ class ElementwisePolicy:
         return obs[:, 1].clone()
 
 
-def _collect(envs: Any, policy: Any, *, pipelined: bool, stage_order: str = "round_robin",
-             rollouts: int = 2, num_steps: int = 7) -> list:
+def _collect(
+    envs: Any,
+    policy: Any,
+    *,
+    pipelined: bool,
+    stage_order: str = "round_robin",
+    rollouts: int = 2,
+    num_steps: int = 7,
+) -> list:
     collector = RolloutCollector(
-        envs, policy, num_steps, torch.device("cpu"), pipelined=pipelined,
-        stage_order=stage_order, noise_seed=11,
+        envs,
+        policy,
+        num_steps,
+        torch.device("cpu"),
+        pipelined=pipelined,
+        stage_order=stage_order,
+        noise_seed=11,
     )
     collector.reset(seed=3)
     return [collector.collect() for _ in range(rollouts)]
@@ -102,8 +116,17 @@ def _as_numpy(x: Any) -> np.ndarray:
     return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
-          "final_values", "next_value")
+FIELDS = (
+    "obs",
+    "actions",
+    "logprobs",
+    "values",
+    "rewards",
+    "terminated",
+    "truncated",
+    "final_values",
+    "next_value",
+)
 
 
 @pytest.mark.parametrize("num_stages", [1, 2, 3])
@@ -136,7 +159,9 @@ def test_actor_critic_rollouts_match_up_to_float_rounding(make_pipelined):
             np.testing.assert_allclose(
                 _as_numpy(getattr(p, name)).astype(np.float64),
                 _as_numpy(getattr(s, name)).astype(np.float64),
-                rtol=1e-5, atol=1e-5, err_msg=name,
+                rtol=1e-5,
+                atol=1e-5,
+                err_msg=name,
             )
         np.testing.assert_array_equal(p.terminated, s.terminated)
         np.testing.assert_array_equal(p.truncated, s.truncated)
@@ -153,7 +178,9 @@ def test_rollout_bookkeeping_matches_the_env(make_pipelined):
     num_envs, num_steps = 4, 9
     fns = [functools.partial(make_drift_env, i) for i in range(num_envs)]
     envs = make_pipelined(fns, num_stages=2, autoreset_mode=AutoresetMode.SAME_STEP)
-    (rollout,) = _collect(envs, ElementwisePolicy(), pipelined=True, rollouts=1, num_steps=num_steps)
+    (rollout,) = _collect(
+        envs, ElementwisePolicy(), pipelined=True, rollouts=1, num_steps=num_steps
+    )
 
     expected_steps = 0
     for i in range(num_envs):
@@ -193,14 +220,18 @@ def test_deterministic_collect_uses_the_policy_mean(make_pipelined):
 
 
 def test_rejects_envs_that_are_not_same_step():
-    envs = SyncVectorEnv([functools.partial(make_drift_env, 0)], autoreset_mode=AutoresetMode.NEXT_STEP)
+    envs = SyncVectorEnv(
+        [functools.partial(make_drift_env, 0)], autoreset_mode=AutoresetMode.NEXT_STEP
+    )
     with pytest.raises(ValueError, match="SAME_STEP"):
         RolloutCollector(envs, ElementwisePolicy(), 4, torch.device("cpu"), pipelined=False)
     envs.close()
 
 
 def test_pipelined_loop_needs_the_stage_api():
-    envs = SyncVectorEnv([functools.partial(make_drift_env, 0)], autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = SyncVectorEnv(
+        [functools.partial(make_drift_env, 0)], autoreset_mode=AutoresetMode.SAME_STEP
+    )
     with pytest.raises(ValueError, match="stage API"):
         RolloutCollector(envs, ElementwisePolicy(), 4, torch.device("cpu"), pipelined=True)
     # the serial loop works on any SAME_STEP VectorEnv
@@ -211,7 +242,9 @@ def test_pipelined_loop_needs_the_stage_api():
 
 
 def test_collect_before_reset_raises():
-    envs = SyncVectorEnv([functools.partial(make_drift_env, 0)], autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = SyncVectorEnv(
+        [functools.partial(make_drift_env, 0)], autoreset_mode=AutoresetMode.SAME_STEP
+    )
     collector = RolloutCollector(envs, ElementwisePolicy(), 4, torch.device("cpu"), pipelined=False)
     with pytest.raises(RuntimeError, match="reset"):
         collector.collect()
@@ -235,7 +268,9 @@ def test_niced_env_fn_sets_the_worker_priority_once(make_pipelined):
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     fns = [NicedEnvFn(functools.partial(PriorityEnv, i), min(19, base + 3)) for i in range(4)]
-    envs = make_pipelined(fns, num_stages=2, envs_per_worker=2, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = make_pipelined(
+        fns, num_stages=2, envs_per_worker=2, autoreset_mode=AutoresetMode.SAME_STEP
+    )
     assert envs.call("priority") == (min(19, base + 3),) * 4  # absolute, not stacked per env
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the trainer keeps its own
 
@@ -245,10 +280,12 @@ class ImageDriftEnv(DriftEnv):
 
     def __init__(self, env_id: int) -> None:
         super().__init__(env_id)
-        self.observation_space = gym.spaces.Dict({
-            "state": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
-            "agentview_image": gym.spaces.Box(0, 255, (40, 40, 3), np.uint8),
-        })
+        self.observation_space = gym.spaces.Dict(
+            {
+                "state": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                "agentview_image": gym.spaces.Box(0, 255, (40, 40, 3), np.uint8),
+            }
+        )
 
     def _obs(self):
         state = super()._obs()
@@ -265,6 +302,8 @@ def test_image_observations_flow_through_both_loops(make_pipelined):
     serial = _collect(envs, agent, pipelined=False, rollouts=1, num_steps=6)[0]
     assert pipelined.obs["agentview_image"].dtype == torch.uint8
     assert pipelined.obs["agentview_image"].shape == (6, 3, 40, 40, 3)
-    torch.testing.assert_close(pipelined.obs["agentview_image"], serial.obs["agentview_image"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        pipelined.obs["agentview_image"], serial.obs["agentview_image"], rtol=0, atol=0
+    )
     torch.testing.assert_close(pipelined.obs["state"], serial.obs["state"], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(pipelined.values, serial.values, rtol=1e-5, atol=1e-5)

@@ -60,7 +60,9 @@ def test_fault_tolerance_flags_reach_the_env_workers(tmp_path, monkeypatch, deco
         return built[-1]
 
     monkeypatch.setattr(train_module, "make_vector_env", spy)
-    summary = train(_tiny(tmp_path, max_restarts=2, step_deadline=30.0, decoupled=decoupled, total_timesteps=32))
+    summary = train(
+        _tiny(tmp_path, max_restarts=2, step_deadline=30.0, decoupled=decoupled, total_timesteps=32)
+    )
     assert summary["global_step"] == 32
     assert built[0].max_restarts == 2 and built[0].step_deadline == 30.0
 
@@ -116,10 +118,27 @@ def _run_script(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 def test_train_mujoco_example_tiny(tmp_path):
     result = _run_script(
-        ["examples/train_mujoco.py", "--total-timesteps", "64", "--num-envs", "2",
-         "--num-steps", "16", "--num-minibatches", "4", "--update-epochs", "1",
-         "--eval-episodes", "0", "--no-eval-video", "--no-progress",
-         "--run-dir", str(tmp_path), "--run-name", "hc"],
+        [
+            "examples/train_mujoco.py",
+            "--total-timesteps",
+            "64",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "16",
+            "--num-minibatches",
+            "4",
+            "--update-epochs",
+            "1",
+            "--eval-episodes",
+            "0",
+            "--no-eval-video",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path),
+            "--run-name",
+            "hc",
+        ],
         timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -133,9 +152,16 @@ def test_train_libero_help_explains_both_recipes():
     assert result.returncode == 0, result.stderr[-3000:]
     text = " ".join(result.stdout.split())
     assert "demos -> BC -> evaluate -> PPO fine-tuning -> evaluate" in text
-    for flag in ("--from-scratch", "--bc-control", "--budget-minutes", "--demo-init-states",
-                 "--eval-init-states", "--value-warmup-iterations", "--kl-coef",
-                 "--init-log-std-per-dim"):
+    for flag in (
+        "--from-scratch",
+        "--bc-control",
+        "--budget-minutes",
+        "--demo-init-states",
+        "--eval-init-states",
+        "--value-warmup-iterations",
+        "--kl-coef",
+        "--init-log-std-per-dim",
+    ):
         assert flag in text, flag
 
 
@@ -149,12 +175,39 @@ _needs_libero = pytest.mark.skipif(
 def test_train_libero_main_job_tiny(tmp_path):
     """The default recipe, shrunk: demos -> BC -> evaluate -> PPO -> evaluate, summary keys."""
     result = _run_script(
-        ["examples/train_libero.py", "--num-envs", "2", "--num-stages", "2",
-         "--num-steps", "4", "--total-timesteps", "16", "--num-minibatches", "2",
-         "--update-epochs", "1", "--value-warmup-iterations", "1",
-         "--demo-init-states", "0:2", "--train-init-states", "0:2",
-         "--eval-init-states", "30:32", "--bc-max-epochs", "3", "--horizon", "24",
-         "--no-eval-video", "--no-progress", "--run-dir", str(tmp_path), "--run-name", "job"],
+        [
+            "examples/train_libero.py",
+            "--num-envs",
+            "2",
+            "--num-stages",
+            "2",
+            "--num-steps",
+            "4",
+            "--total-timesteps",
+            "16",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+            "--value-warmup-iterations",
+            "1",
+            "--demo-init-states",
+            "0:2",
+            "--train-init-states",
+            "0:2",
+            "--eval-init-states",
+            "30:32",
+            "--bc-max-epochs",
+            "3",
+            "--horizon",
+            "24",
+            "--no-eval-video",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path),
+            "--run-name",
+            "job",
+        ],
         timeout=580,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -173,11 +226,34 @@ def test_train_libero_main_job_tiny(tmp_path):
 @_needs_libero
 def test_train_libero_from_scratch_tiny(tmp_path):
     result = _run_script(
-        ["examples/train_libero.py", "--from-scratch", "--num-envs", "2", "--num-stages", "2",
-         "--num-steps", "4", "--chunk-size", "4", "--total-timesteps", "64",
-         "--num-minibatches", "2", "--update-epochs", "1", "--eval-init-states", "30:31",
-         "--horizon", "24", "--no-eval-video", "--no-progress",
-         "--run-dir", str(tmp_path), "--run-name", "libero"],
+        [
+            "examples/train_libero.py",
+            "--from-scratch",
+            "--num-envs",
+            "2",
+            "--num-stages",
+            "2",
+            "--num-steps",
+            "4",
+            "--chunk-size",
+            "4",
+            "--total-timesteps",
+            "64",
+            "--num-minibatches",
+            "2",
+            "--update-epochs",
+            "1",
+            "--eval-init-states",
+            "30:31",
+            "--horizon",
+            "24",
+            "--no-eval-video",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path),
+            "--run-name",
+            "libero",
+        ],
         timeout=280,
     )
     assert result.returncode == 0, result.stderr[-3000:]

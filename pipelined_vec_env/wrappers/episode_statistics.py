@@ -39,7 +39,9 @@ class RecordEpisodeStatistics(VectorWrapper):
         ValueError: ``stats_key`` already present in an info batch.
     """
 
-    def __init__(self, env: VectorEnv, buffer_length: int = 100, stats_key: str = "episode") -> None:
+    def __init__(
+        self, env: VectorEnv, buffer_length: int = 100, stats_key: str = "episode"
+    ) -> None:
         super().__init__(env)
         self._stats_key = stats_key
         self._autoreset_mode = self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
@@ -71,7 +73,14 @@ class RecordEpisodeStatistics(VectorWrapper):
         self.episode_lengths[idx] = 0
         self.prev_dones[idx] = False
 
-    def _record(self, envs: slice, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray, infos: dict[str, Any]) -> dict[str, Any]:
+    def _record(
+        self,
+        envs: slice,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        infos: dict[str, Any],
+    ) -> dict[str, Any]:
         returns = self.episode_returns[envs]
         lengths = self.episode_lengths[envs]
         starts = self.episode_start_times[envs]
@@ -116,7 +125,9 @@ class RecordEpisodeStatistics(VectorWrapper):
         self._reset_masks[stage] = options.get("reset_mask") if isinstance(options, dict) else None
         self.env.reset_async(seed=seed, options=options, stage=stage)
 
-    def reset_wait(self, stage: int | None = None, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset_wait(
+        self, stage: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Forward [`PipelinedVectorEnv.reset_wait`][pipelined_vec_env.PipelinedVectorEnv.reset_wait] and restart the reset envs' episodes."""
         obs, infos = self.env.reset_wait(stage=stage, timeout=timeout)
         self._start(self._envs(stage), self._reset_masks.pop(stage, None))
@@ -135,7 +146,9 @@ class RecordEpisodeStatistics(VectorWrapper):
         self, stage: int | None = None, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Forward [`PipelinedVectorEnv.step_wait`][pipelined_vec_env.PipelinedVectorEnv.step_wait] and record the stage's statistics."""
-        obs, rewards, terminations, truncations, infos = self.env.step_wait(stage=stage, timeout=timeout)
+        obs, rewards, terminations, truncations, infos = self.env.step_wait(
+            stage=stage, timeout=timeout
+        )
         infos = self._record(self._envs(stage), rewards, terminations, truncations, infos)
         return obs, rewards, terminations, truncations, infos
 
