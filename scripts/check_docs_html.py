@@ -47,41 +47,28 @@ def _find(patterns: Iterable[tuple[re.Pattern[str], str]], text: str) -> list[tu
     return sorted(problems)
 
 
+#: What each check finds, in built HTML pages and in the sources (docstrings, ``docs/*.md``).
+HTML_CHECKS = (
+    (HTML_ROLE, "reStructuredText role shown as text"),
+    (HTML_DOCTEST_QUOTE, "doctest rendered as a blockquote (use an `Examples:` section)"),
+    (HTML_UNRESOLVED_REF, "unresolved cross-reference"),
+)
+SOURCE_CHECKS = (
+    (SOURCE_ROLE, "reStructuredText role (use `X` or [`X`][pkg.mod.X])"),
+    (SOURCE_EXAMPLE, "doctest under `Example:` (renders as text; use `Examples:`)"),
+)
+
+
 def html_problems(html: str) -> list[tuple[int, str]]:
-    """Unrendered markup in one built HTML page.
-
-    Args:
-        html: The page's text.
-
-    Returns:
-        ``(line, description)`` pairs, sorted by line; empty when the page is clean.
-    """
-    return _find(
-        [
-            (HTML_ROLE, "reStructuredText role shown as text"),
-            (HTML_DOCTEST_QUOTE, "doctest rendered as a blockquote (use an `Examples:` section)"),
-            (HTML_UNRESOLVED_REF, "unresolved cross-reference"),
-        ],
-        html,
-    )
+    """Unrendered markup in one built HTML page: ``(line, description)`` pairs, sorted by
+    line; empty when the page is clean."""
+    return _find(HTML_CHECKS, html)
 
 
 def source_problems(text: str) -> list[tuple[int, str]]:
-    """reStructuredText markup in a Python source file or a Markdown page.
-
-    Args:
-        text: The file's text.
-
-    Returns:
-        ``(line, description)`` pairs, sorted by line; empty when the text is clean.
-    """
-    return _find(
-        [
-            (SOURCE_ROLE, "reStructuredText role (use `X` or [`X`][pkg.mod.X])"),
-            (SOURCE_EXAMPLE, "doctest under `Example:` (renders as text; use `Examples:`)"),
-        ],
-        text,
-    )
+    """reStructuredText markup in a Python source file or a Markdown page: ``(line,
+    description)`` pairs, sorted by line; empty when the text is clean."""
+    return _find(SOURCE_CHECKS, text)
 
 
 def check_site(site: Path) -> list[str]:
