@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
 
@@ -90,3 +92,20 @@ def tiny_train_config(tmp_path: Any, run_name: str = "run", **fields: Any) -> An
         "torch_threads": 1,
     }
     return TrainConfig(**{**base, **fields})
+
+
+class ActionRecordingEnv(gym.Env):
+    """Observation: a Box(0, 1, (1,)); keeps the last action it received (`last_action`)."""
+
+    def __init__(self, action_space: spaces.Space) -> None:
+        self.action_space = action_space
+        self.observation_space = spaces.Box(0, 1, (1,), np.float32)
+        self.last_action: Any = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any):
+        self.last_action = action
+        return np.zeros(1, np.float32), 0.0, False, False, {}

@@ -10,24 +10,9 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from tests.conftest import ActionRecordingEnv
+
 pytestmark = pytest.mark.timeout(60)
-
-
-class ActionRecordingEnv(gym.Env):
-    """Observation: a Box(0, 1, (1,)); keeps the last action it received (`last_action`)."""
-
-    def __init__(self, action_space: spaces.Space) -> None:
-        self.action_space = action_space
-        self.observation_space = spaces.Box(0, 1, (1,), np.float32)
-        self.last_action: Any = None
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action: Any):
-        self.last_action = action
-        return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
 def _graph() -> spaces.Graph:

@@ -34,7 +34,7 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
 from pipelined_vec_env import PipelinedVectorEnv  # noqa: E402
 from pipelined_vec_env.debug_envs import CountingEnv  # noqa: E402
 from pipelined_vec_env.sb3 import SB3VecEnv, split_infos  # noqa: E402
-from tests.conftest import assert_tree_equal  # noqa: E402
+from tests.conftest import ActionRecordingEnv, assert_tree_equal  # noqa: E402
 
 LENGTHS = [2, 3, 5, 4]
 NUM_ENVS = len(LENGTHS)
@@ -369,29 +369,14 @@ def test_negative_indices_count_from_the_end(vec_envs):
         venv.get_attr("env_id", indices=[3])
 
 
-class MixedActionEnv(gym.Env):
-    """Keeps the last action it received; Dict or Tuple action space."""
-
-    observation_space = spaces.Box(-1, 1, (1,), np.float32)
-
-    def __init__(self, kind: str) -> None:
-        parts = (spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32))
-        dict_space = spaces.Dict(d=parts[0], b=parts[1])
-        self.action_space = dict_space if kind == "dict" else spaces.Tuple(parts)
-        self.last_action: Any = None
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action: Any):
-        self.last_action = action
-        return np.zeros(1, np.float32), 0.0, False, False, {}
+def _mixed_action_space(kind: str) -> spaces.Space:
+    parts = (spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32))
+    return spaces.Dict(d=parts[0], b=parts[1]) if kind == "dict" else spaces.Tuple(parts)
 
 
 @pytest.mark.parametrize("kind", ["dict", "tuple"])
 def test_per_env_action_lists_for_dict_and_tuple_spaces(vec_envs, kind):
-    fns = [partial(MixedActionEnv, kind) for _ in range(3)]
+    fns = [partial(ActionRecordingEnv, _mixed_action_space(kind)) for _ in range(3)]
     ours = vec_envs(SB3VecEnv(fns))
     ref = vec_envs(subproc(fns))
     ours.reset(), ref.reset()
