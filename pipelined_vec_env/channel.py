@@ -40,7 +40,7 @@ from gymnasium import spaces
 
 from .batching import batch_slice, concat_batches, stack_batches, swap_leading_axes, to_numpy
 from .errors import WaitTimeoutError
-from .worker_handle import deadline_after, poll_fds, remaining, uses_ray, wait_readable
+from .waiting import deadline_after, remaining
 
 if TYPE_CHECKING:
     from .vector_env import PipelinedVectorEnv
@@ -457,47 +457,21 @@ class InferenceChannel:
         """Sleep until an env worker with commands in flight answers (or dies) or an actor
         wakes the driver; return ``(env_ready, woken)``, both False on timeout.
 
-        A worker past the env's ``step_deadline`` is killed here (its crash is then read
-        by ``envs.recv``, which restarts it or raises), so a hung simulator cannot stall
-        a run.
+        One wait on the env workers and the wake pipe together: the decoupled layer's
+        `DecoupledState.wait`, on the pool's poll, so a worker past the env's
+        ``step_deadline`` is killed here too (its crash is then read by ``envs.recv``,
+        which restarts it or raises) and a hung simulator cannot stall a run.
         """
-        state = envs._decoupled
-        busy = state.busy_workers() if self._at_env else []
         deadline = deadline_after(timeout)
         t0 = time.monotonic_ns()
         while True:
-            env_ready, woken = self._poll(busy, state.wait_before(busy, remaining(deadline)))
+            env_ready, woken = envs.decoupled.wait(remaining(deadline), self._wake_r)
             if env_ready or woken:
                 if envs.profiler.enabled:  # the driver idled, waiting for envs or actors
                     envs.profiler.caller_waited("channel wait", t0)
                 return env_ready, woken
             if deadline is not None and remaining(deadline) == 0:
                 return False, False
-
-    def _poll(self, busy: list[Any], timeout: float | None) -> tuple[bool, bool]:
-        """One wait on the ``busy`` workers and the wake pipe: ``(env_ready, woken)``.
-
-        Subprocess workers: one ``poll`` on their pipes, sentinels and the wake pipe. Ray
-        actors have no descriptor to poll, so the driver alternates short ``ray.wait``
-        slices (2 ms) with a zero-timeout look at the wake pipe.
-        """
-        if not uses_ray(busy):
-            ready = poll_fds(
-                [fd for w in busy for fd in (w.conn.fileno(), w.process.sentinel)] + [self._wake_r],
-                timeout,
-            )
-            return bool(set(ready) - {self._wake_r}), self._wake_r in ready
-        deadline = deadline_after(timeout)
-        while True:
-            left = remaining(deadline)
-            env_ready = bool(
-                wait_readable(
-                    busy, _RAY_POLL_SECONDS if left is None else min(_RAY_POLL_SECONDS, left)
-                )
-            )
-            woken = bool(poll_fds([self._wake_r], 0))
-            if env_ready or woken or left == 0:
-                return env_ready, woken
 
     def _diagnosis(self) -> str:
         alive = sum(t.is_alive() for t in self._threads)
@@ -544,7 +518,7 @@ class InferenceChannel:
         self._epoch += 1
         self._discard_requests()
         deadline = None if timeout is None else time.monotonic() + timeout
-        while _envs_in_flight(self.envs):
+        while self.envs.decoupled.has_results():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             self.envs.recv(timeout=left)
         self.envs.async_reset(seed=seed, options=options)
@@ -879,14 +853,6 @@ class InferenceChannel:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _envs_in_flight(envs: PipelinedVectorEnv) -> bool:
-    """Whether ``envs`` has decoupled steps or results not yet received."""
-    return envs._decoupled.has_results()
-
-
-_RAY_POLL_SECONDS = 0.002
 
 
 def _trajectory(

@@ -24,9 +24,10 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from .batching import InfoBatch, batch_slice, check_actions, to_numpy
 from .errors import WaitTimeoutError, WorkerCrashedError
+from .failures import describe_failure, raise_worker_error
 from .pool import InFlight, WorkerPool
 from .protocol import Answer, Command, Crashed, Ok
-from .worker_handle import deadline_after, describe_failure, raise_worker_error, remaining
+from .waiting import deadline_after, remaining
 
 __all__ = ["DecoupledState", "ObservationStore"]
 
@@ -92,6 +93,8 @@ class DecoupledState:
         self.restarted: dict[int, tuple[Any, list[dict]]] = {}
         # the workers decoupled stepping sent commands to (stage calls use the others)
         self._workers: dict[int, Any] = {}
+        # answers `wait` took from the pool, filed by the next `recv`
+        self._polled: list[tuple[Any, InFlight]] = []
 
     # ------------------------------------------------------------------ checks
 
@@ -150,10 +153,21 @@ class DecoupledState:
         """The workers with decoupled commands in flight."""
         return self.pool.busy(list(self._workers.values()))
 
-    def wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
-        """How long a wait on ``workers`` may last (see `WorkerPool.wait_before`: workers
-        past ``step_deadline`` are killed, their crash is read by the next ``recv``)."""
-        return self.pool.wait_before(workers, timeout)
+    def wait(self, timeout: float | None, wake_fd: int | None = None) -> tuple[bool, bool]:
+        """Wait until some env result arrives (or a worker is found dead), the descriptor
+        ``wake_fd`` turns readable (it is not read), or ``timeout`` seconds pass; one
+        `WorkerPool.poll_or_wake`, so ``step_deadline`` and crash detection hold here as
+        in ``recv`` (a worker past ``step_deadline`` is killed; its crash is read by the
+        next wait). What arrived is filed, restarts and errors included, by the next
+        ``recv``.
+
+        Returns:
+            ``(results, woken)``: whether an answer arrived (or one is waiting to be
+            filed), and whether ``wake_fd`` was readable.
+        """
+        done, woken = self.pool.poll_or_wake(self.busy_workers(), timeout, wake_fd)
+        self._polled.extend(done)
+        return bool(self._polled), woken
 
     # ------------------------------------------------------------------ API
 
@@ -231,14 +245,16 @@ class DecoupledState:
     def _collect(self, timeout: float | None) -> bool:
         """Take every answer that arrives within ``timeout`` (and those already there
         with it); False if none arrived."""
-        busy = self.busy_workers()
-        if not busy:
-            return True
-        deadline = deadline_after(timeout)
-        while True:
-            done = self.pool.poll(busy, remaining(deadline))
-            if done or (deadline is not None and remaining(deadline) == 0):
-                break
+        done, self._polled = self._polled, []
+        if not done:
+            busy = self.busy_workers()
+            if not busy:
+                return True
+            deadline = deadline_after(timeout)
+            while True:
+                done = self.pool.poll(busy, remaining(deadline))
+                if done or (deadline is not None and remaining(deadline) == 0):
+                    break
         got = bool(done)
         error: BaseException | None = None
         while done:

@@ -3,9 +3,9 @@
 The pool is the one place that starts, restarts, rebuilds and stops workers. It keeps
 each worker's queue of commands in flight (`InFlight`: the command, its envs, when it was
 sent) and one `WorkerPool.poll` that returns the answers completed since, applying on one
-clock (each command's own send time) crash detection (the worker's pipe *and* process
-sentinel, see `worker_handle.receive_ready`) and the ``step_deadline`` kill of a worker
-whose ``step``/``reset`` overran. Stage stepping (`stages.py`, `vector_env.py`) sends
+clock (each command's own send time) crash detection (the backend's wait, see
+`transport.WorkerBackend`) and the ``step_deadline`` kill of a worker whose
+``step``/``reset`` overran. Stage stepping (`stages.py`, `vector_env.py`) sends
 through it and waits until its workers' queues are empty (`WorkerPool.wait`); the restart
 policy (`WorkerPool.rebuild`: a fresh process and a reset of all its envs, retried within
 ``max_restarts``) and the rebuild of dead workers before a reset
@@ -14,7 +14,9 @@ truncated step) is the stepping mode's business, not the pool's.
 
 The wire of one worker is its handle, through the small `transport.WorkerTransport`
 interface (`worker_handle.WorkerHandle`: a pickled pipe, or `ray_backend.RayWorkerHandle`:
-actor calls); the fast-path issue replaces the pipe behind it.
+actor calls), and the waits on several workers are the backend's
+(`transport.WorkerBackend`: `worker_handle.ProcessBackend` or `ray_backend.RayBackend`),
+picked once in `WorkerPool.spawn`; the fast-path issue replaces the pipe behind them.
 """
 
 from __future__ import annotations
@@ -33,17 +35,11 @@ from typing import Any
 import cloudpickle
 
 from .errors import WaitTimeoutError, WorkerCrashedError
+from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
-from .transport import WorkerTransport
-from .worker_handle import (
-    WorkerHandle,
-    close_all,
-    deadline_after,
-    find_dead,
-    raise_worker_error,
-    receive_ready,
-    remaining,
-)
+from .transport import WorkerBackend, WorkerTransport
+from .waiting import deadline_after, poll_fds, remaining
+from .worker_handle import ProcessBackend, WorkerHandle
 
 __all__ = ["InFlight", "WorkerPool", "resolve_affinity"]
 
@@ -121,12 +117,12 @@ def _default_context() -> str:
     return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
-def _ray_handle_factory(
+def _ray_backend(
     ray_options: Any, num_workers: int, autoreset_mode: Any, worker_threads: int | None
-) -> Callable[[int, int, tuple[int, ...], bytes], Any]:
-    """A constructor of Ray actor worker handles (imports ray only here)."""
+) -> tuple[WorkerBackend, Callable[[int, int, tuple[int, ...], bytes], Any]]:
+    """The Ray backend and a constructor of its worker handles (imports ray only here)."""
     try:
-        from .ray_backend import RayOptions, RayWorkerHandle, ensure_ray
+        from .ray_backend import RayBackend, RayOptions, RayWorkerHandle, ensure_ray
     except ImportError as exc:
         raise ImportError("backend='ray' needs Ray: pip install 'pipelined-vec-env[ray]'") from exc
     options = RayOptions.from_value(ray_options)
@@ -137,7 +133,7 @@ def _ray_handle_factory(
             index, stage, env_indices, fns, autoreset_mode, worker_threads, options
         )
 
-    return make
+    return RayBackend(), make
 
 
 class WorkerPool:
@@ -153,6 +149,7 @@ class WorkerPool:
 
     Attributes:
         handles: The workers, in global order (stages, then workers within a stage).
+        backend: Their backend's waits on several workers (`transport.WorkerBackend`).
         context: The ``multiprocessing`` context (None with Ray).
     """
 
@@ -169,6 +166,7 @@ class WorkerPool:
         self.max_restarts = max_restarts
         self.profiler = profiler
         self.handles: list[WorkerTransport] = []
+        self.backend: WorkerBackend = ProcessBackend()
         self.context: Any = None
         self._queues: dict[int, deque[InFlight]] = {}
         self._answers: dict[int, deque[Answer]] = {}
@@ -199,7 +197,9 @@ class WorkerPool:
         num_workers = sum(len(ranges) for _, ranges in layout)
         cores = resolve_affinity(cpu_affinity, num_workers)
         if backend == "ray":
-            make = _ray_handle_factory(ray_options, num_workers, autoreset_mode, worker_threads)
+            self.backend, make = _ray_backend(
+                ray_options, num_workers, autoreset_mode, worker_threads
+            )
         else:
             ctx = (
                 context
@@ -322,11 +322,29 @@ class WorkerPool:
         Returns:
             ``(worker, command)`` for each command completed by this call (maybe none).
         """
+        return self.poll_or_wake(workers, timeout, None)[0]
+
+    def poll_or_wake(
+        self, workers: Sequence[Any], timeout: float | None, wake_fd: int | None
+    ) -> tuple[list[tuple[Any, InFlight]], bool]:
+        """`poll`, that also returns when the descriptor ``wake_fd`` (not read) turns
+        readable, even with no worker busy (the inference channel's wait on its actors
+        and the envs together).
+
+        Returns:
+            ``(completed, woken)``: as `poll` returns, and whether ``wake_fd`` was
+            readable (always False for None).
+        """
         busy = self.busy(workers)
         if not busy:
-            return []
+            if wake_fd is None:
+                return [], False
+            return [], bool(poll_fds([wake_fd], timeout))
+        woken = False
         if all(w.answer is None for w in busy):
-            receive_ready(busy, self.wait_before(busy, timeout))
+            woken = self.backend.receive_ready(busy, self._wait_before(busy, timeout), wake_fd)
+        elif wake_fd is not None:
+            woken = bool(poll_fds([wake_fd], 0))
         done = []
         now = time.monotonic()
         for w in busy:
@@ -341,7 +359,7 @@ class WorkerPool:
             done.append((w, queue.popleft()))
             if queue and queue[0].sent_at < now:  # the next queued command runs from now
                 queue[0].sent_at = now
-        return done
+        return done, woken
 
     def busy(self, workers: Sequence[Any]) -> list[Any]:
         """Those of ``workers`` with commands in flight."""
@@ -363,12 +381,11 @@ class WorkerPool:
             return self.step_deadline, "step_deadline"
         return None, ""
 
-    def wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
+    def _wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
         """Kill those of ``workers`` whose oldest command overran its limit
         (``start_timeout``, ``step_deadline``); return how long to wait now for them:
         ``timeout`` or until the next overrun, whichever comes first (0 after a kill:
-        the killed worker's crash is read next). For a wait that watches more than the
-        pool's workers (the inference channel's)."""
+        the killed worker's crash is read next)."""
         now = time.monotonic()
         wait = timeout
         for w in self.busy(workers):
@@ -412,7 +429,7 @@ class WorkerPool:
 
     def find_dead(self, workers: Sequence[Any]) -> None:
         """Mark dead those of ``workers`` that died while idle (nothing waited on them)."""
-        find_dead(workers)
+        self.backend.find_dead(workers)
 
     def start_fresh(self, w: Any, counted: bool) -> Answer | None:
         """Replace worker ``w``'s process with a fresh one (its commands in flight are
@@ -521,7 +538,7 @@ class WorkerPool:
         """Stop every worker in parallel (``timeout`` seconds in all for the polite part,
         0: terminate at once). Always returns."""
         try:
-            close_all(self.handles, timeout)
+            self.backend.close_all(self.handles, timeout)
         except Exception:  # close must always return
             logger.warning("closing the workers failed", exc_info=True)
             for h in self.handles:

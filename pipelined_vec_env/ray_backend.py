@@ -35,17 +35,10 @@ from gymnasium.vector import AutoresetMode
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready
+from .waiting import deadline_after, poll_fds, remaining
 from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, serve_command
 
-__all__ = [
-    "EnvWorkerActor",
-    "RayOptions",
-    "RayWorkerHandle",
-    "ray_close_all",
-    "ray_find_dead",
-    "ray_receive_ready",
-    "ray_wait_readable",
-]
+__all__ = ["EnvWorkerActor", "RayBackend", "RayOptions", "RayWorkerHandle"]
 
 logger = logging.getLogger(__name__)
 
@@ -245,51 +238,17 @@ def _actor_class() -> Any:
     return _ACTOR_CLASS
 
 
-class _ActorProcess:
-    """The few ``multiprocessing.Process`` attributes the core reads, for an actor."""
-
-    def __init__(self, handle: RayWorkerHandle) -> None:
-        self._handle = handle
-        self._pid: int | None = None
-
-    @property
-    def pid(self) -> int | None:
-        """The actor's process id (on its node), or None if it cannot be asked."""
-        if self._pid is None and not self._handle.dead:
-            try:
-                self._pid = ray.get(self._handle.actor.pid.remote(), timeout=30)
-            except (RayError, GetTimeoutError):
-                return None
-        return self._pid
-
-    @property
-    def exitcode(self) -> int | None:
-        """Always None: Ray does not report an actor's exit code."""
-        return None
-
-    def is_alive(self) -> bool:
-        """Whether the actor was not found dead (Ray tells it through its refs)."""
-        return not self._handle.dead
-
-    def join(self, timeout: float | None = None) -> None:
-        """Nothing to join: a killed actor is reaped by Ray."""
-
-    def kill(self) -> None:
-        """Kill the actor at once (``ray.kill``)."""
-        self._handle.kill()
-
-
 class RayWorkerHandle:
     """The caller's side of one worker running as a Ray actor.
 
     Implements `transport.WorkerTransport`, as the subprocess
-    [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] does (plus ``process``,
-    for the actor's pid). Answers are ``ObjectRef``\\ s queued in ``refs`` in submission
-    order; each one not received yet counts as an expected answer (``pending``).
+    [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] does; the waits on
+    several actors at once are `RayBackend`'s. Answers are ``ObjectRef``\\ s queued in
+    ``refs`` in submission order; each one not received yet counts as an expected answer
+    (``pending``).
 
     Attributes:
-        backend: ``"ray"`` (how [`receive_ready`][pipelined_vec_env.worker_handle.receive_ready]
-            picks its wait).
+        backend: ``"ray"`` (a label for callers; nothing dispatches on it).
         actor: The current actor handle (replaced by `restart`).
         refs: Outstanding answer refs, oldest first.
     """
@@ -321,7 +280,7 @@ class RayWorkerHandle:
         self.answer: Answer | None = None
         self.dead = False
         self.deadline_exceeded = False
-        self.process = _ActorProcess(self)
+        self._pid: int | None = None
         pickled_env_fns, autoreset_mode, worker_threads = self._args
         self.actor = (
             _actor_class()
@@ -336,7 +295,7 @@ class RayWorkerHandle:
         return bool(self.refs)
 
     def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
-        """Submit one command; its answer is collected by ``receive_ready`` (the pool) or ``recv``.
+        """Submit one command; its answer is collected by `RayBackend.receive_ready` (the pool).
 
         A worker already known dead answers `Crashed` at once (when an answer
         is expected), as a subprocess worker found dead while sending does.
@@ -381,14 +340,21 @@ class RayWorkerHandle:
         """Always None: Ray does not report an actor's exit code."""
         return None
 
+    @property
+    def pid(self) -> int | None:
+        """The actor's process id (on its node), or None if it cannot be asked."""
+        if self._pid is None and not self.dead:
+            try:
+                self._pid = ray.get(self.actor.pid.remote(), timeout=30)
+            except (RayError, GetTimeoutError):
+                return None
+        return self._pid
+
     def take(self) -> Answer:
         """Return and clear the received answer."""
         assert self.answer is not None
         answer, self.answer = self.answer, None
         return answer
-
-    def _mark_dead(self) -> None:
-        self.dead = True
 
     def kill(self) -> None:
         """Kill the actor now (``ray.kill``); its outstanding refs resolve as dead."""
@@ -433,74 +399,88 @@ class RayWorkerHandle:
         self.dead = True
 
 
-def ray_find_dead(handles: Sequence[RayWorkerHandle], timeout: float) -> None:
-    """``find_dead`` for Ray handles: one ``pid`` call per live actor, awaited together
-    (at most ``timeout`` seconds); an actor whose call fails as dead is marked dead."""
-    probes = {}
-    for h in handles:
-        if not h.dead:
-            probes[h.actor.pid.remote()] = h
-    if not probes:
-        return
-    ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=timeout)
-    for ref in ready:
-        try:
-            ray.get(ref)
-        except RayActorError:
-            probes[ref].dead = True
-        except RayError:
-            logger.debug("probing worker %d failed", probes[ref].index, exc_info=True)
+class RayBackend:
+    """The Ray backend's waits on several actors at once (implements
+    `transport.WorkerBackend`): ``ray.wait`` on each actor's oldest outstanding ref."""
 
+    @staticmethod
+    def receive_ready(
+        handles: Sequence[RayWorkerHandle], timeout: float | None, wake_fd: int | None = None
+    ) -> bool:
+        """Wait (``ray.wait``) until at least one pending handle's answer is ready, then
+        receive every ready one; at most ``timeout`` seconds.
 
-def ray_close_all(handles: Sequence[RayWorkerHandle], timeout: float) -> None:
-    """``close_all`` for Ray handles: ask every live actor to close its envs at once, wait
-    for them at most ``timeout`` seconds in all, then kill every actor. Always returns."""
-    if timeout > 0 and ray.is_initialized():
-        refs = []
+        An actor has no descriptor to poll, so with a ``wake_fd`` the wait alternates
+        short ``ray.wait`` slices (2 ms) with a zero-timeout look at ``wake_fd``.
+
+        Returns:
+            Whether ``wake_fd`` was readable.
+        """
+        heads = {h.refs[0]: h for h in handles if h.refs and h.answer is None}
+        if not heads and wake_fd is None:
+            return False
+        deadline = deadline_after(timeout)
+        while True:
+            left = remaining(deadline)
+            wait = _slice(left) if heads and wake_fd is not None else left
+            ready: list[Any] = []
+            if heads:
+                ready, rest = ray.wait(list(heads), num_returns=1, timeout=wait)
+                if ready and rest:
+                    more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                    ready += more
+            else:
+                poll_fds([wake_fd], wait)  # type: ignore[list-item]
+            for ref in ready:
+                heads[ref].receive()
+            woken = wake_fd is not None and bool(poll_fds([wake_fd], 0))
+            if ready or woken or wake_fd is None or left == 0:
+                return woken
+
+    @staticmethod
+    def find_dead(handles: Sequence[RayWorkerHandle], timeout: float = 10.0) -> None:
+        """One ``pid`` call per live actor, awaited together (at most ``timeout``
+        seconds); an actor whose call fails as dead is marked dead. An actor that does
+        not answer in time is left as it is (its next command tells)."""
+        probes = {}
         for h in handles:
             if not h.dead:
-                try:
-                    refs.append(h.actor.handle.remote(Command.CLOSE, None))
-                except RayError:
-                    logger.debug("close of worker %d failed", h.index, exc_info=True)
-        if refs:
+                probes[h.actor.pid.remote()] = h
+        if not probes:
+            return
+        ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=timeout)
+        for ref in ready:
             try:
-                ray.wait(refs, num_returns=len(refs), timeout=timeout)
+                ray.get(ref)
+            except RayActorError:
+                probes[ref].dead = True
             except RayError:
-                logger.debug("waiting for the actors' close failed", exc_info=True)
-    for h in handles:
-        h.close(timeout=0.0)
+                logger.debug("probing worker %d failed", probes[ref].index, exc_info=True)
+
+    @staticmethod
+    def close_all(handles: Sequence[RayWorkerHandle], timeout: float) -> None:
+        """Ask every live actor to close its envs at once, wait for them at most
+        ``timeout`` seconds in all, then kill every actor. Always returns."""
+        if timeout > 0 and ray.is_initialized():
+            refs = []
+            for h in handles:
+                if not h.dead:
+                    try:
+                        refs.append(h.actor.handle.remote(Command.CLOSE, None))
+                    except RayError:
+                        logger.debug("close of worker %d failed", h.index, exc_info=True)
+            if refs:
+                try:
+                    ray.wait(refs, num_returns=len(refs), timeout=timeout)
+                except RayError:
+                    logger.debug("waiting for the actors' close failed", exc_info=True)
+        for h in handles:
+            h.close(timeout=0.0)
 
 
-def ray_receive_ready(handles: Sequence[RayWorkerHandle], timeout: float | None) -> bool:
-    """``receive_ready`` for Ray handles: wait (``ray.wait``) until at least one pending
-    handle's answer is ready, then receive every ready one.
-
-    Returns:
-        True if some answer arrived (or nothing was pending), False on timeout.
-    """
-    heads = {h.refs[0]: h for h in handles if h.refs and h.answer is None}
-    if not heads:
-        return True
-    ready, rest = ray.wait(list(heads), num_returns=1, timeout=timeout)
-    if not ready:
-        return False
-    if rest:
-        more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-        ready += more
-    for ref in ready:
-        heads[ref].receive()
-    return True
+#: The longest ``ray.wait`` slice between two looks at a wake descriptor (seconds).
+_RAY_POLL_SECONDS = 0.002
 
 
-def ray_wait_readable(handles: Sequence[RayWorkerHandle], timeout: float | None) -> set[Any]:
-    """The handles among ``handles`` whose oldest outstanding answer is ready within
-    ``timeout`` seconds (at least one unless it timed out); for decoupled receives."""
-    heads = {h.refs[0]: h for h in handles if h.refs}
-    if not heads:
-        return set()
-    ready, rest = ray.wait(list(heads), num_returns=1, timeout=timeout)
-    if ready and rest:
-        more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-        ready += more
-    return {heads[ref] for ref in ready}
+def _slice(left: float | None) -> float:
+    return _RAY_POLL_SECONDS if left is None else min(_RAY_POLL_SECONDS, left)

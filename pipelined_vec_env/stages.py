@@ -19,14 +19,10 @@ from typing import TYPE_CHECKING, Any
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
 from .errors import StageFailedError, WaitTimeoutError
+from .failures import describe_failure, raise_worker_error
 from .protocol import Answer, Ok, Raised
-from .worker_handle import (
-    WorkerHandle,
-    deadline_after,
-    describe_failure,
-    raise_worker_error,
-    remaining,
-)
+from .transport import WorkerTransport
+from .waiting import deadline_after, remaining
 
 if TYPE_CHECKING:
     from .pool import WorkerPool
@@ -71,7 +67,7 @@ class Stage:
 
     index: int
     envs: slice
-    workers: list[WorkerHandle]
+    workers: list[WorkerTransport]
     state: str | None = None
     whole: bool = False
     failed: dict[int, str] = field(default_factory=dict)
@@ -146,7 +142,7 @@ class Stage:
 
     def finish(
         self, answers: dict[int, Answer | None]
-    ) -> tuple[list[tuple[WorkerHandle, Any]], BaseException | None]:
+    ) -> tuple[list[tuple[WorkerTransport, Any]], BaseException | None]:
         """Consume the answers of the call in flight and return the stage to idle.
 
         Args:

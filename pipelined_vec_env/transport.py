@@ -1,21 +1,28 @@
-"""The wire of one worker, as `WorkerPool` uses it: the small interface a backend implements.
+"""The wire of the workers, as `WorkerPool` uses it: the small interface a backend implements.
 
-Two implementations today: `worker_handle.WorkerHandle` (a subprocess and a pickled duplex
-pipe; the pipe's reads and the process sentinel are watched together, so a dead worker is
-noticed at once) and `ray_backend.RayWorkerHandle` (a Ray actor; each command is an actor
-call whose ``ObjectRef`` is the answer). Waiting on several workers at once goes through
-`worker_handle.receive_ready` / `find_dead` / `close_all`, which pick
-the backend's own wait (``select.poll`` or ``ray.wait``). The fast-path issue replaces
-the pipe with shared-memory slots behind this same interface.
+A backend gives two things: a handle per worker (`WorkerTransport`: send a command, take
+its answer, restart, kill, close) and the waits on several workers at once
+(`WorkerBackend`: receive what is ready, find workers that died while idle, close them
+all). Two backends today:
+
+| backend | one worker | many workers |
+|---|---|---|
+| multiprocessing | `worker_handle.WorkerHandle`: a subprocess and a pickled duplex pipe | `worker_handle.ProcessBackend`: one ``select.poll`` on the pipes and process sentinels |
+| Ray | `ray_backend.RayWorkerHandle`: a Ray actor, one actor call per command | `ray_backend.RayBackend`: ``ray.wait`` on the oldest outstanding ``ObjectRef`` of each |
+
+The pool picks the backend once, when it starts the workers, and calls only these two
+interfaces: nothing outside a backend reads a handle's process, pipe or actor. The
+fast-path issue replaces the pipe with shared-memory slots behind this same interface.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .protocol import Answer, Command
 
-__all__ = ["WorkerTransport"]
+__all__ = ["WorkerBackend", "WorkerTransport"]
 
 
 class WorkerTransport(Protocol):
@@ -47,6 +54,10 @@ class WorkerTransport(Protocol):
     @property
     def exitcode(self) -> int | None: ...
 
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (on its node for Ray; None if it cannot be told)."""
+
     def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
         """Send one command (a dead worker's answer becomes `Crashed` at once)."""
 
@@ -61,3 +72,26 @@ class WorkerTransport(Protocol):
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker (politely within ``timeout`` s, then by force). Always returns."""
+
+
+class WorkerBackend(Protocol):
+    """The waits of one backend on several of its workers at once."""
+
+    def receive_ready(
+        self, handles: Sequence[Any], timeout: float | None, wake_fd: int | None = None
+    ) -> bool:
+        """Wait until at least one pending handle of ``handles`` has an answer or is found
+        dead, ``wake_fd`` (a descriptor, not read) is readable, or ``timeout`` seconds
+        (None: no limit) pass; store each ready answer in its handle's ``answer``.
+
+        Returns:
+            Whether ``wake_fd`` was readable (False when it is None).
+        """
+
+    def find_dead(self, handles: Sequence[Any], timeout: float = 10.0) -> None:
+        """Mark dead (``dead = True``) those of ``handles`` that died while idle, asking
+        at most ``timeout`` seconds."""
+
+    def close_all(self, handles: Sequence[Any], timeout: float) -> None:
+        """Stop every worker of ``handles`` in parallel (``timeout`` seconds in all for the
+        polite part, 0: at once). Always returns."""

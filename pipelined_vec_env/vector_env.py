@@ -30,7 +30,7 @@ from .profiling import Profiler
 from .protocol import Answer, Command, Ok
 from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
-from .worker_handle import WorkerHandle
+from .transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
 
@@ -195,6 +195,12 @@ class PipelinedVectorEnv(VectorEnv):
             uses `"per_env"`. Decoupled `recv` always batches. A public attribute; it may
             be changed between calls.
 
+    Attributes:
+        decoupled: The bookkeeping of decoupled stepping (`async_reset`/`recv`/`send`), a
+            `DecoupledState`; the inference channel waits through it
+            (`DecoupledState.wait`, `DecoupledState.has_results`). Not part of the
+            gymnasium contract.
+
     Raises:
         ValueError: Bad arguments (checked before any worker starts).
         RuntimeError: Sub-env spaces that do not match as ``observation_mode`` requires.
@@ -349,9 +355,9 @@ class PipelinedVectorEnv(VectorEnv):
                     self.single_observation_space,
                 )
         self._pool.attach(self.single_observation_space, self._buffers, num_envs)
-        self._decoupled = DecoupledState(self, self._pool, _Observations(self))
+        self.decoupled = DecoupledState(self, self._pool, _Observations(self))
         # a call started by call_async: (stages, worker groups, env_indices)
-        self._pending_call: tuple[list[Stage], dict[WorkerHandle, list[int]], Any] | None = None
+        self._pending_call: tuple[list[Stage], dict[WorkerTransport, list[int]], Any] | None = None
         self._obs_view = None
         if self._buffers is not None and _views_stay_valid(self.single_observation_space):
             self._obs_view = read_from_shared_memory(
@@ -456,7 +462,7 @@ class PipelinedVectorEnv(VectorEnv):
             error = error or stage_error
         return collected, error
 
-    def _restart(self, w: WorkerHandle, failure: Answer, op: str, context: Any) -> Answer:
+    def _restart(self, w: WorkerTransport, failure: Answer, op: str, context: Any) -> Answer:
         """Rebuild worker ``w`` after ``failure`` of ``op`` (the pool's restart policy, which
         retries inside), and return the answer that stands in for the failed one: the
         reset's for a reset, else a step whose episodes end with ``truncated=True``."""
@@ -514,7 +520,7 @@ class PipelinedVectorEnv(VectorEnv):
         return tuple(w.restarts for w in self._pool.handles)
 
     @property
-    def _handles(self) -> list[WorkerHandle]:
+    def _handles(self) -> list[WorkerTransport]:
         """The worker handles (the pool's), for tests and benchmarks that inspect them."""
         return self._pool.handles
 
@@ -632,7 +638,7 @@ class PipelinedVectorEnv(VectorEnv):
         stages, envs = self._select(stage)
         seeds, per_env, mask = self._reset_arguments(seed, options, envs)
         check_startable(stages, "reset", stage is None)
-        self._decoupled.check_free(envs, "reset")
+        self.decoupled.check_free(envs, "reset")
         self._revive_dead_workers(stages, mask, envs)
         for s in stages:
             reset_ids: dict[int, list[int]] = {}
@@ -728,7 +734,7 @@ class PipelinedVectorEnv(VectorEnv):
         stages, envs = self._select(stage)
         n = envs.stop - envs.start
         check_startable(stages, "step", stage is None)
-        self._decoupled.check_free(envs, "step")
+        self.decoupled.check_free(envs, "step")
         batch = check_actions(self.single_action_space, to_numpy(actions), n)
         space = self.single_action_space
         for s in stages:
@@ -828,13 +834,13 @@ class PipelinedVectorEnv(VectorEnv):
                 an earlier ``send``.
         """
         self._check_open()
-        self._decoupled.check_can_reset()
+        self.decoupled.check_can_reset()
         everything = slice(0, self.num_envs)
         seeds, per_env, mask = self._reset_arguments(seed, options, everything)
         if not mask.all():
             raise ValueError("async_reset: options['reset_mask'] is not supported; reset all envs")
         self._revive_dead_workers(list(self.stages), mask, everything)
-        self._decoupled.async_reset(seeds, per_env)
+        self.decoupled.async_reset(seeds, per_env)
 
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
@@ -860,7 +866,7 @@ class PipelinedVectorEnv(VectorEnv):
                 from its next [`send`][pipelined_vec_env.PipelinedVectorEnv.send] (docs/fault_tolerance.md).
         """
         self._check_open()
-        return self._decoupled.recv(batch_size, timeout)
+        return self.decoupled.recv(batch_size, timeout)
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
         """Send actions to envs returned by [`recv`][pipelined_vec_env.PipelinedVectorEnv.recv] and not yet sent (any subset).
@@ -875,7 +881,7 @@ class PipelinedVectorEnv(VectorEnv):
                 worker is touched).
         """
         self._check_open()
-        self._decoupled.send(actions, env_ids)
+        self.decoupled.send(actions, env_ids)
 
     # ------------------------------------------------------------------ calls
 
@@ -1003,15 +1009,15 @@ class PipelinedVectorEnv(VectorEnv):
         """Return one rendered frame per env (``render_mode`` set at env construction)."""
         return self.call("render")
 
-    def _group(self, env_indices: Sequence[int] | None) -> dict[WorkerHandle, list[int]]:
+    def _group(self, env_indices: Sequence[int] | None) -> dict[WorkerTransport, list[int]]:
         targets = range(self.num_envs) if env_indices is None else env_indices
-        groups: dict[WorkerHandle, list[int]] = {}
+        groups: dict[WorkerTransport, list[int]] = {}
         for g in targets:
             if not isinstance(g, (int, np.integer)) or not 0 <= g < self.num_envs:
                 raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
             w = self._pool.worker_of(int(g))
             groups.setdefault(w, []).append(int(g) - w.env_indices[0])
-        busy = [w.index for w in groups if self._decoupled.drives(w)]
+        busy = [w.index for w in groups if self.decoupled.drives(w)]
         if busy:
             raise RuntimeError(
                 f"workers {busy} have send/recv commands in flight; recv their results first"
@@ -1021,7 +1027,7 @@ class PipelinedVectorEnv(VectorEnv):
     def _gather(
         self,
         stages: list[Stage],
-        groups: dict[WorkerHandle, list[int]],
+        groups: dict[WorkerTransport, list[int]],
         env_indices: Sequence[int] | None,
         timeout: float | None = None,
     ) -> tuple[Any, ...]:

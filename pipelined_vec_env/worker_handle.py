@@ -1,46 +1,32 @@
-"""The caller's side of one worker: start it, send it a command, wait for its answer.
+"""The multiprocessing backend: one worker's process and pipe, and waits on many workers.
 
-Every wait watches the worker's pipe *and* its process sentinel with
-`multiprocessing.connection.wait`, so a dead worker is noticed at once instead of
-blocking forever (gymnasium's ``AsyncVectorEnv`` gives ``EOFError`` or hangs there).
+`WorkerHandle` is the caller's side of one worker (start it, send it a command, read its
+answer); `ProcessBackend` waits on several at once. Every wait watches the workers'
+pipes *and* their process sentinels with one ``select.poll``, so a dead worker is noticed
+at once instead of blocking forever (gymnasium's ``AsyncVectorEnv`` gives ``EOFError``
+or hangs there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import pickle
-import select
 import sys
-import time
 import types
 from collections.abc import Iterator, Sequence
-from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
-from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
 from .main_module import main_reference
-from .protocol import Answer, Command, Crashed, Raised, TimedOut, from_wire
+from .protocol import Answer, Command, Crashed, from_wire
+from .waiting import deadline_after, poll_fds, remaining
 from .worker import send, worker_main
 
 if TYPE_CHECKING:
     from .profiling import Profiler
 
-__all__ = [
-    "WorkerHandle",
-    "close_all",
-    "deadline_after",
-    "describe_failure",
-    "find_dead",
-    "poll_fds",
-    "raise_worker_error",
-    "receive_ready",
-    "remaining",
-    "uses_ray",
-    "wait_readable",
-]
+__all__ = ["ProcessBackend", "WorkerHandle"]
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +177,11 @@ class WorkerHandle:
         """The process's exit code (None while it runs)."""
         return self.process.exitcode
 
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id."""
+        return self.process.pid
+
     def take(self) -> Answer:
         """Return and clear the received answer."""
         assert self.answer is not None
@@ -251,73 +242,107 @@ class WorkerHandle:
             logger.warning("worker %d could not be reaped", self.index)
 
 
-def close_all(handles: Sequence[Any], timeout: float) -> None:
-    """Stop every worker in ``handles`` in parallel, within ``timeout`` seconds in all.
+class ProcessBackend:
+    """The multiprocessing backend's waits on several workers at once (implements
+    `transport.WorkerBackend`): pipes and process sentinels watched together with one
+    ``select.poll``, so a dead worker is noticed at once."""
 
-    Each live worker is asked to close its envs; their answers, and any answer nobody read
-    (a step in flight, large observations through the pipe), are read and dropped as they
-    come, so a worker blocked on a full pipe can go on to its ``close``. Workers still
-    alive after ``timeout`` (hung, or busy in a long step) are terminated, then killed.
-    Pipes are closed and processes reaped. Always returns.
+    @staticmethod
+    def receive_ready(
+        handles: Sequence[WorkerHandle], timeout: float | None, wake_fd: int | None = None
+    ) -> bool:
+        """Wait until at least one pending handle of ``handles`` has an answer or is found
+        dead (or ``wake_fd`` is readable), at most ``timeout`` seconds; receive each.
 
-    Args:
-        handles: The workers (subprocess or Ray handles).
-        timeout: Seconds for the polite part, for all workers together; 0 skips it.
-    """
-    if uses_ray(handles):
-        from .ray_backend import ray_close_all
+        A handle holds one received answer at a time: one whose ``answer`` was not taken
+        yet is not read again. Watches each pending worker's pipe and process sentinel
+        (see [`poll_fds`][pipelined_vec_env.waiting.poll_fds]).
 
-        ray_close_all(handles, timeout)
-        return
-    alive = [h for h in handles if _is_alive(h)]
-    if timeout > 0:
-        for h in alive:
-            if not h.dead:
+        Args:
+            handles: Handles to watch; those not pending are ignored.
+            timeout: Seconds to wait, or None to wait while the workers are alive.
+            wake_fd: A descriptor that also ends the wait when readable (it is not
+                read), or None.
+
+        Returns:
+            Whether ``wake_fd`` was readable.
+        """
+        by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
+        for h in handles:
+            if h.pending and h.answer is None:
+                by_fd[h.conn.fileno()] = (h, True)
+                by_fd[h.process.sentinel] = (h, False)
+        if not by_fd and wake_fd is None:
+            return False
+        watched = list(by_fd) if wake_fd is None else [*by_fd, wake_fd]
+        ready_fds = poll_fds(watched, timeout)
+        for fd in ready_fds:
+            if fd not in by_fd:
+                continue
+            h, is_conn = by_fd[fd]
+            if not h.pending or h.answer is not None:
+                continue
+            if is_conn or h.conn.poll(0):
+                h._receive()
+            else:  # sentinel ready and nothing to read: the process is gone
+                h._mark_dead()
+                h.answer = Crashed(h.process.exitcode)
+                h.expected = 0
+        return wake_fd is not None and wake_fd in ready_fds
+
+    @staticmethod
+    def find_dead(handles: Sequence[WorkerHandle], timeout: float = 10.0) -> None:
+        """Mark dead every worker of ``handles`` that died while idle (nothing waited on
+        it): a ``waitpid`` each (``timeout`` is not needed here)."""
+        for h in handles:
+            h.check_alive()
+
+    @staticmethod
+    def close_all(handles: Sequence[WorkerHandle], timeout: float) -> None:
+        """Stop every worker in ``handles`` in parallel, within ``timeout`` seconds in all.
+
+        Each live worker is asked to close its envs; their answers, and any answer nobody
+        read (a step in flight, large observations through the pipe), are read and
+        dropped as they come, so a worker blocked on a full pipe can go on to its
+        ``close``. Workers still alive after ``timeout`` (hung, or busy in a long step) are
+        terminated, then killed. Pipes are closed and processes reaped. Always returns.
+
+        Args:
+            handles: The workers.
+            timeout: Seconds for the polite part, for all workers together; 0 skips it.
+        """
+        alive = [h for h in handles if _is_alive(h)]
+        if timeout > 0:
+            for h in alive:
+                if not h.dead:
+                    with contextlib.suppress(OSError, ValueError):
+                        send(h.conn, (Command.CLOSE, None))
+            deadline = deadline_after(timeout)
+            pipes = {h.conn.fileno(): h for h in alive if not h.dead and not h.conn.closed}
+            sentinels = {h.process.sentinel: h for h in alive}
+            while sentinels and remaining(deadline):
+                for fd in poll_fds([*pipes, *sentinels], remaining(deadline)):
+                    if fd in sentinels:
+                        sentinels.pop(fd)
+                    elif fd in pipes:
+                        try:
+                            pipes[fd].conn.recv_bytes()  # an unread answer: drop it
+                        except (EOFError, OSError):
+                            pipes.pop(fd)
+        for signal_name in ("terminate", "kill"):
+            left = [h for h in alive if _is_alive(h)]
+            for h in left:
                 with contextlib.suppress(OSError, ValueError):
-                    send(h.conn, (Command.CLOSE, None))
-        deadline = deadline_after(timeout)
-        pipes = {h.conn.fileno(): h for h in alive if not h.dead and not h.conn.closed}
-        sentinels = {h.process.sentinel: h for h in alive}
-        while sentinels and remaining(deadline):
-            for fd in poll_fds([*pipes, *sentinels], remaining(deadline)):
-                if fd in sentinels:
-                    sentinels.pop(fd)
-                elif fd in pipes:
-                    try:
-                        pipes[fd].conn.recv_bytes()  # an unread answer: drop it
-                    except (EOFError, OSError):
-                        pipes.pop(fd)
-    for signal_name in ("terminate", "kill"):
-        left = [h for h in alive if _is_alive(h)]
-        for h in left:
+                    getattr(h.process, signal_name)()
+            _wait_all_sentinels(left, 1.0)
+        for h in handles:
             with contextlib.suppress(OSError, ValueError):
-                getattr(h.process, signal_name)()
-        _wait_all_sentinels(left, 1.0)
-    for h in handles:
-        with contextlib.suppress(OSError, ValueError):
-            h.process.join(0 if not _is_alive(h) else 0.1)
-        h.conn.close()
-        try:
-            h.process.close()
-        except ValueError:
-            logger.warning("worker %d could not be reaped", h.index)
-
-
-def find_dead(handles: Sequence[Any], timeout: float = 10.0) -> None:
-    """Mark dead every worker of ``handles`` that died while idle (nothing waited on it).
-
-    Subprocess workers: a ``waitpid`` each. Ray actors report a death only through their
-    refs, so each live actor is asked for its pid, all at once, and those whose answer
-    says the actor is gone are marked dead; an actor that does not answer within
-    ``timeout`` seconds is left as it is (its next command tells).
-    """
-    if uses_ray(handles):
-        from .ray_backend import ray_find_dead
-
-        ray_find_dead(handles, timeout)
-        return
-    for h in handles:
-        h.check_alive()
+                h.process.join(0 if not _is_alive(h) else 0.1)
+            h.conn.close()
+            try:
+                h.process.close()
+            except ValueError:
+                logger.warning("worker %d could not be reaped", h.index)
 
 
 def _is_alive(h: WorkerHandle) -> bool:
@@ -333,127 +358,3 @@ def _wait_all_sentinels(handles: list[WorkerHandle], timeout: float) -> None:
     waiting = {h.process.sentinel for h in handles}
     while waiting and remaining(deadline):
         waiting -= set(poll_fds(list(waiting), remaining(deadline)))
-
-
-def receive_ready(handles: list[WorkerHandle], timeout: float | None) -> bool:
-    """Wait until at least one pending handle in ``handles`` has an answer or is found dead.
-
-    A handle holds one received answer at a time: one whose ``answer`` was not taken yet
-    is not read again.
-
-    Watches each pending worker's pipe and process sentinel (see [`poll_fds`][pipelined_vec_env.worker_handle.poll_fds]).
-
-    Args:
-        handles: Handles to watch; those not pending are ignored.
-        timeout: Seconds to wait, or None to wait while the workers are alive.
-
-    Returns:
-        True if some answer arrived (or nothing was pending), False on timeout.
-    """
-    if uses_ray(handles):
-        from .ray_backend import ray_receive_ready
-
-        return ray_receive_ready(handles, timeout)
-    by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
-    for h in handles:
-        if h.pending and h.answer is None:
-            by_fd[h.conn.fileno()] = (h, True)
-            by_fd[h.process.sentinel] = (h, False)
-    if not by_fd:
-        return True
-    ready_fds = poll_fds(list(by_fd), timeout)
-    for fd in ready_fds:
-        h, is_conn = by_fd[fd]
-        if not h.pending or h.answer is not None:
-            continue
-        if is_conn or h.conn.poll(0):
-            h._receive()
-        else:  # sentinel ready and nothing to read: the process is gone
-            h._mark_dead()
-            h.answer = Crashed(h.process.exitcode)
-            h.expected = 0
-    return bool(ready_fds)
-
-
-def uses_ray(handles: Sequence[Any]) -> bool:
-    """Whether ``handles`` are Ray actor handles (``backend="ray"``), not subprocesses."""
-    return bool(handles) and getattr(handles[0], "backend", None) == "ray"
-
-
-def wait_readable(handles: Sequence[Any], timeout: float | None) -> set[Any]:
-    """Those of ``handles`` with an answer to read (or found dead) within ``timeout`` s.
-
-    Reads nothing (the pool's poll reads the answers); used by the inference channel's
-    wait on the env workers and its wake pipe together. Subprocess handles are polled on
-    their pipe and process sentinel, Ray handles with ``ray.wait`` on their oldest
-    outstanding answer.
-    """
-    if uses_ray(handles):
-        from .ray_backend import ray_wait_readable
-
-        return ray_wait_readable(handles, timeout)
-    by_fd: dict[int, Any] = {}
-    for h in handles:
-        by_fd[h.conn.fileno()] = h
-        by_fd[h.process.sentinel] = h
-    if not by_fd:
-        return set()
-    return {by_fd[fd] for fd in poll_fds(list(by_fd), timeout)}
-
-
-def poll_fds(fds: list[int], timeout: float | None) -> list[int]:
-    """Return those of ``fds`` readable within ``timeout`` seconds (None: no limit).
-
-    ``select.poll`` where the platform has it (cheaper per call than building a selector),
-    else `multiprocessing.connection.wait`.
-    """
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        ms = None if timeout is None else math.ceil(timeout * 1000)
-        return [fd for fd, _ in poller.poll(ms)]
-    return list(wait(fds, timeout))  # pragma: no cover - platforms without poll()
-
-
-def remaining(deadline: float | None) -> float | None:
-    """Seconds left until ``deadline`` (a ``time.monotonic()`` value), or None."""
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def deadline_after(timeout: float | None) -> float | None:
-    """The ``time.monotonic()`` value ``timeout`` seconds from now, or None."""
-    return None if timeout is None else time.monotonic() + timeout
-
-
-def describe_failure(handle: Any, answer: Answer) -> str:
-    """A short reason for a failed answer, for `StageFailedError` messages."""
-    who = f"worker {handle.index} (envs {list(handle.env_indices)})"
-    if isinstance(answer, Crashed):
-        return f"{who} died"
-    if isinstance(answer, TimedOut):
-        return f"{who} did not start in time"
-    assert isinstance(answer, Raised), answer
-    return f"{who} raised {answer.type_name}"
-
-
-def raise_worker_error(handle: WorkerHandle, answer: Answer) -> None:
-    """Re-raise a worker's failure in the caller.
-
-    The worker's exception comes back with its original type and the worker traceback as
-    ``__cause__`` (as `concurrent.futures` does); one that cannot be rebuilt becomes
-    [`WorkerError`][pipelined_vec_env.errors.WorkerError]; a dead worker becomes
-    [`WorkerCrashedError`][pipelined_vec_env.errors.WorkerCrashedError]; a worker that did
-    not start within ``start_timeout`` becomes
-    [`WaitTimeoutError`][pipelined_vec_env.errors.WaitTimeoutError].
-    """
-    if isinstance(answer, Crashed):
-        detail = "killed for overrunning step_deadline" if handle.deadline_exceeded else ""
-        raise WorkerCrashedError(handle.index, handle.env_indices, answer.exitcode, detail)
-    if isinstance(answer, TimedOut):
-        raise WaitTimeoutError(answer.message)
-    assert isinstance(answer, Raised), answer
-    exc = answer.exception()
-    if exc is None:
-        raise WorkerError(answer.type_name, answer.message, answer.traceback, handle.index)
-    raise exc from RemoteTraceback(answer.traceback)

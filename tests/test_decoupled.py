@@ -49,7 +49,7 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
             for g, a in zip(ids[part], actions, strict=True):
                 sent[int(g)].append(int(a))
                 steps[int(g)] += 1
-    while envs._decoupled.in_flight:
+    while envs.decoupled.in_flight:
         envs.recv(timeout=30)
     final = envs.call("__getattribute__", "steps")
     assert list(final) == [steps[i] for i in range(n)]

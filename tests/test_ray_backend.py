@@ -288,12 +288,12 @@ def test_killed_actor_is_restarted(ray_local, make_pipelined):
     envs.reset(seed=0)
     envs.step(acts(0, 0))
     victim = envs.stages[1].workers[0]
-    old_pid = victim.process.pid
+    old_pid = victim.pid
     kill_actor(victim.actor)
     obs, rew, term, trunc, info = envs.step(acts(0, 0))
     assert trunc.tolist() == [False, True] and info["worker_restarted"][1]
     np.testing.assert_array_equal(obs[:, 1], [2, 0])  # env 1 starts over
-    assert envs.restart_counts == (0, 1) and victim.process.pid != old_pid
+    assert envs.restart_counts == (0, 1) and victim.pid != old_pid
     obs, *_ = envs.step(acts(0, 0))
     np.testing.assert_array_equal(obs[:, 1], [3, 0])  # NEXT_STEP: the autoreset step
     kill_actor(victim.actor)
