@@ -15,10 +15,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import VectorEnv
 
 __all__ = [
-    "InfoBatch",
     "batch_slice",
     "check_actions",
     "concat_batches",
@@ -299,22 +297,3 @@ def _(space: spaces.Tuple, actions: Any, n: int, name: str = "actions") -> tuple
         check_actions(sub, part, n, f"{name}[{i}]")
         for i, (sub, part) in enumerate(zip(space.spaces, actions, strict=False))
     )
-
-
-class InfoBatch:
-    """Merges per-env info dicts into a batch of ``num_envs`` with gymnasium's own rules
-    (``VectorEnv._add_info``: each key becomes an array over the envs plus a ``_key``
-    mask).
-
-    Args:
-        num_envs: The batch size.
-    """
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-
-    def add(self, infos: dict[str, Any], info: dict[str, Any], i: int) -> dict[str, Any]:
-        """Return ``infos`` with env ``i``'s ``info`` merged in."""
-        return self._add_info(infos, info, i)

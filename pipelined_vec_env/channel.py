@@ -40,6 +40,7 @@ from gymnasium import spaces
 
 from .batching import batch_slice, concat_batches, stack_batches, swap_leading_axes, to_numpy
 from .errors import WaitTimeoutError
+from .infos import split_infos
 from .waiting import deadline_after, remaining
 
 if TYPE_CHECKING:
@@ -121,7 +122,9 @@ class Transition:
         reward: The reward of the step.
         terminated: Whether the step ended the episode by termination.
         truncated: Whether the step ended the episode by truncation.
-        info: The step's info dict for this env alone (gymnasium's masks removed).
+        info: The step's info dict for this env alone, split from the batch as
+            `infos.split_infos` does (gymnasium's masks removed; Python numbers where the
+            env wrote them).
         actor: Index of the actor that computed the action.
     """
 
@@ -225,19 +228,6 @@ class DecoupledRollout:
             "extras": {k: np.stack([t.extras[k] for t in trajs], axis=1) for k in keys},
             "final_obs": self.final_obs,
         }
-
-
-def _info_row(infos: Mapping[str, Any], k: int) -> dict[str, Any]:
-    """The info of the ``k``-th env of a batched info dict (gymnasium's masks removed)."""
-    row: dict[str, Any] = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key == "env_id":
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is not None and not mask[k]:
-            continue
-        row[key] = _info_row(value, k) if isinstance(value, Mapping) else value[k]
-    return row
 
 
 # ---------------------------------------------------------------------- messages
@@ -682,6 +672,7 @@ class InferenceChannel:
                 continue
             now = time.monotonic()
             ids = infos["env_id"].tolist()
+            rows = split_infos(infos, len(ids))
             go_ids: list[int] = []
             go_rows: list[Any] = []
             for k, g in enumerate(ids):
@@ -689,7 +680,8 @@ class InferenceChannel:
                 row = batch_slice(obs_space, obs, np.array([k]))
                 if g in acted:
                     prev_obs, action, extras, actor = acted.pop(g)
-                    info = _info_row(infos, k)
+                    info = rows[k]
+                    info.pop("env_id")  # recv's own key (the env's "env_id" is replaced)
                     if record:
                         col = columns[g]
                         col["obs"].append(prev_obs)

@@ -15,46 +15,25 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .batching import InfoBatch, batch_slice, check_actions, to_numpy
+from .batching import batch_slice, check_actions, to_numpy
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .failures import describe_failure, raise_worker_error
+from .infos import merge_info
+from .observations import ObservationStore
 from .pool import InFlight, WorkerPool
 from .protocol import Answer, Command, Crashed, Ok
 from .waiting import deadline_after, remaining
 
-__all__ = ["DecoupledState", "ObservationStore"]
+__all__ = ["DecoupledState"]
 
 logger = logging.getLogger(__name__)
-
-
-class ObservationStore(Protocol):
-    """The vector env's observations, as decoupled stepping reads and writes them.
-
-    Attributes:
-        shared: Observations live in shared memory (the workers write them; answers
-            carry none), else they come as items in the answers.
-    """
-
-    shared: bool
-
-    def single(self, g: int) -> Any:
-        """A copy of env ``g``'s observation in shared memory, as a single item."""
-
-    def write(self, g: int, item: Any) -> None:
-        """Write ``item`` as env ``g``'s observation into shared memory."""
-
-    def rows(self, ids: np.ndarray) -> Any:
-        """A batch (copies) of the observations in shared memory of the envs ``ids``."""
-
-    def keep(self, g: int, item: Any) -> None:
-        """Remember ``item`` as env ``g``'s latest observation (no shared memory)."""
 
 
 class DecoupledState:
@@ -69,7 +48,7 @@ class DecoupledState:
         env: The vector env (its public settings: spaces, ``num_envs``, ``stages``,
             ``autoreset_mode``, ``max_restarts``, ``profiler``).
         pool: Its `WorkerPool`.
-        observations: Its observation storage.
+        observations: Its observations (`observations.ObservationStore`).
 
     Attributes:
         in_flight: Global ids of envs with a command in flight.
@@ -385,10 +364,9 @@ class DecoupledState:
         terminations = np.array([e[3] for e in entries], dtype=np.bool_)
         truncations = np.array([e[4] for e in entries], dtype=np.bool_)
         infos: dict[str, Any] = {}
-        batcher = InfoBatch(len(entries))
         for k, e in enumerate(entries):
             for info in e[5]:
-                infos = batcher.add(infos, info, k)
+                infos = merge_info(infos, info, k, len(entries))
         infos["env_id"] = ids
         infos["_env_id"] = np.ones(len(entries), dtype=np.bool_)
         self.received.update(int(i) for i in ids)

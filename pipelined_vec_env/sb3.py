@@ -31,67 +31,12 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from .infos import split_infos
 from .vector_env import PipelinedVectorEnv
 
 __all__ = ["SB3VecEnv", "split_infos"]
 
 logger = logging.getLogger(__name__)
-
-# gymnasium batches Python ``int``/``float``/``bool`` info values into arrays of these
-# dtypes; items read back from them are returned as Python numbers, as SB3's own vector
-# envs pass them through.
-_NATIVE_DTYPES = (np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.bool_))
-
-
-def _item(array: np.ndarray, i: int) -> Any:
-    if array.ndim == 1:
-        value = array[i]
-        if array.dtype in _NATIVE_DTYPES:
-            return value.item()
-        return value
-    return array[i].copy()
-
-
-def split_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
-    """Turn a gymnasium batched info dict back into one info dict per env.
-
-    The inverse of gymnasium's ``VectorEnv._add_info`` as far as it can be inverted: a key
-    belongs to env ``i`` where its ``"_key"`` mask is True; nested dicts are split
-    recursively; arrays of one value per env give that env's item (a copy for array
-    values); Python ``int``/``float``/``bool`` values, batched as int64/float64/bool,
-    come back as Python numbers.
-
-    Args:
-        infos: Batched infos from a gymnasium vector env over ``num_envs`` envs.
-        num_envs: Number of envs in the batch.
-
-    Returns:
-        A list of ``num_envs`` dicts.
-
-    Examples:
-        >>> split_infos({"a": np.array([1, 0]), "_a": np.array([True, False])}, 2)
-        [{'a': 1}, {}]
-    """
-    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
-    for key, value in infos.items():
-        mask = infos.get(f"_{key}")
-        if mask is None:
-            if key.startswith("_") and key[1:] in infos:
-                continue  # the mask of ``key[1:]``
-            for i in range(num_envs):  # not batched by gymnasium: shared by every env
-                out[i][key] = value
-            continue
-        if isinstance(value, dict):
-            parts = split_infos(value, num_envs)
-            for i in np.flatnonzero(mask):
-                out[i][key] = parts[i]
-        elif isinstance(value, np.ndarray):
-            for i in np.flatnonzero(mask):
-                out[i][key] = _item(value, int(i))
-        else:
-            for i in np.flatnonzero(mask):
-                out[i][key] = value[i]
-    return out
 
 
 class _SentByValue:

@@ -4,83 +4,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from copy import deepcopy
 from typing import Any
 
 import numpy as np
-from gymnasium import Env, Space, spaces
+from gymnasium import Env, Space
 from gymnasium.error import ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import (
     batch_differing_spaces,
     batch_space,
-    concatenate,
-    create_empty_array,
-    iterate,
-    read_from_shared_memory,
-    write_to_shared_memory,
 )
 
-from .batching import InfoBatch, batch_slice, check_actions, to_numpy
+from .batching import batch_slice, check_actions, to_numpy
 from .decoupled import DecoupledState
 from .errors import WaitTimeoutError
+from .infos import add_env_info
+from .observations import ObservationStore
 from .pool import WorkerPool
 from .profiling import Profiler
 from .protocol import Answer, Command, Ok
-from .shared_memory import create_observation_buffers, release
 from .stages import Stage, check_startable, split_range, wait_any_stage
 from .transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
 
 logger = logging.getLogger(__name__)
-
-
-def _add_env_info(infos: Any, info: dict[str, Any], i: int, batcher: InfoBatch) -> Any:
-    """Add env ``i``'s ``info`` to ``infos``: a list of per-env dicts (``info_layout=
-    "per_env"``, updated in place) or gymnasium's batched dict (merged)."""
-    if isinstance(infos, list):
-        infos[i].update(info)
-        return infos
-    return batcher.add(infos, info, i)
-
-
-class _Observations:
-    """A vector env's observation storage, as decoupled stepping uses it (see
-    `decoupled.ObservationStore`)."""
-
-    def __init__(self, env: PipelinedVectorEnv) -> None:
-        self._env = env
-
-    @property
-    def shared(self) -> bool:
-        return self._env._buffers is not None
-
-    def single(self, g: int) -> Any:
-        return self._env._single_obs(g)
-
-    def write(self, g: int, item: Any) -> None:
-        env = self._env
-        write_to_shared_memory(env.single_observation_space, g, item, env._buffers)
-
-    def rows(self, ids: np.ndarray) -> Any:
-        env = self._env
-        return batch_slice(env.single_observation_space, env._shared_view(), ids)
-
-    def keep(self, g: int, item: Any) -> None:
-        self._env._env_obs[g] = item
-
-
-def _views_stay_valid(space: Space) -> bool:
-    """Whether gymnasium's ``read_from_shared_memory`` returns views (not decoded copies)."""
-    if isinstance(space, spaces.Dict):
-        return all(_views_stay_valid(s) for s in space.spaces.values())
-    if isinstance(space, spaces.Tuple):
-        return all(_views_stay_valid(s) for s in space.spaces)
-    return isinstance(
-        space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-    )
 
 
 def _attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> None:
@@ -96,11 +45,6 @@ def _attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> N
         error.partial_mask = mask  # type: ignore[attr-defined]
     except AttributeError:  # an exception type that refuses attributes (__slots__)
         logger.warning("could not attach partial results to %r", error)
-
-
-def _first(space: Space, batch: Any) -> Any:
-    """The single item of a batch of one."""
-    return next(iter(iterate(batch_space(space, 1), batch)))
 
 
 class PipelinedVectorEnv(VectorEnv):
@@ -238,7 +182,7 @@ class PipelinedVectorEnv(VectorEnv):
         self._pool = WorkerPool(
             start_timeout=300.0, step_deadline=None, max_restarts=0, profiler=None
         )
-        self._shm_arrays: list[Any] = []
+        self._obs: ObservationStore | None = None
         env_fns = list(env_fns)
         if not env_fns or not all(callable(fn) for fn in env_fns):
             raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
@@ -343,26 +287,11 @@ class PipelinedVectorEnv(VectorEnv):
             )
             for s in range(self.num_stages)
         )
-        self._env_obs: list[Any] = [None] * num_envs
-        self._buffers = None
-        if shared_memory:
-            created = create_observation_buffers(self.single_observation_space, num_envs)
-            if created is not None:
-                self._buffers, self._shm_arrays = created
-            else:
-                logger.info(
-                    "no shared memory layout for %s; observations go through the pipe",
-                    self.single_observation_space,
-                )
-        self._pool.attach(self.single_observation_space, self._buffers, num_envs)
-        self.decoupled = DecoupledState(self, self._pool, _Observations(self))
+        self._obs = ObservationStore(self.single_observation_space, num_envs, shared_memory)
+        self._pool.attach(self.single_observation_space, self._obs.buffers, num_envs)
+        self.decoupled = DecoupledState(self, self._pool, self._obs)
         # a call started by call_async: (stages, worker groups, env_indices)
         self._pending_call: tuple[list[Stage], dict[WorkerTransport, list[int]], Any] | None = None
-        self._obs_view = None
-        if self._buffers is not None and _views_stay_valid(self.single_observation_space):
-            self._obs_view = read_from_shared_memory(
-                self.single_observation_space, self._buffers, n=num_envs
-            )
 
     # ------------------------------------------------------------------ set-up
 
@@ -429,15 +358,6 @@ class PipelinedVectorEnv(VectorEnv):
                 f"Trying to operate on {type(self).__name__} after a call to close()"
             )
 
-    def _observations(self, envs: slice) -> Any:
-        space = self.single_observation_space
-        if self._buffers is not None:
-            view = self._shared_view()
-            batch = batch_slice(space, view, envs)
-            return deepcopy(batch) if self.copy else batch
-        items = self._env_obs[envs]
-        return concatenate(space, items, create_empty_array(space, n=len(items), fn=np.zeros))
-
     def _wait(
         self, stages: list[Stage], op: str, whole: bool, timeout: float | None
     ) -> tuple[list, BaseException | None]:
@@ -485,7 +405,7 @@ class PipelinedVectorEnv(VectorEnv):
             self._pool.send(w, Command.SET_AUTORESET, list(range(n)))
         elif self.autoreset_mode == AutoresetMode.SAME_STEP:
             # the simulator's last observation is lost: the fresh one stands in as final_obs
-            finals = items if items is not None else [self._single_obs(g) for g in w.env_indices]
+            finals = items if items is not None else [self._obs.single(g) for g in w.env_indices]
             for k in range(n):
                 reset_infos[k].insert(
                     0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
@@ -523,6 +443,12 @@ class PipelinedVectorEnv(VectorEnv):
     def _handles(self) -> list[WorkerTransport]:
         """The worker handles (the pool's), for tests and benchmarks that inspect them."""
         return self._pool.handles
+
+    @property
+    def _shm_arrays(self) -> list[Any]:
+        """The shared memory segments of the observations, for tests that check their
+        release."""
+        return [] if self._obs is None else self._obs.segments
 
     # ------------------------------------------------------------------ reset
 
@@ -579,20 +505,6 @@ class PipelinedVectorEnv(VectorEnv):
         of ``envs`` selected by ``mask`` (see `WorkerPool.revive_dead`)."""
         reset_envs = {g for g in range(envs.start, envs.stop) if mask[g - envs.start]}
         self._pool.revive_dead([w for s in stages for w in s.workers], reset_envs)
-
-    def _single_obs(self, g: int) -> Any:
-        """A copy of env ``g``'s observation in shared memory, as a single item."""
-        space = self.single_observation_space
-        return _first(space, deepcopy(batch_slice(space, self._shared_view(), slice(g, g + 1))))
-
-    def _shared_view(self) -> Any:
-        """The whole batch of observations in shared memory (views where possible)."""
-        if self._obs_view is not None:
-            return self._obs_view
-        # Text and OneOf are decoded on every read
-        return read_from_shared_memory(
-            self.single_observation_space, self._buffers, n=self.num_envs
-        )
 
     def reset(
         self,
@@ -685,7 +597,6 @@ class PipelinedVectorEnv(VectorEnv):
         n = envs.stop - envs.start
         real = np.zeros(n, dtype=np.bool_)
         infos = self._empty_infos(n)
-        batcher = InfoBatch(n)
         for s, results in collected:
             reset_ids = contexts[s.index]
             # a failed worker whose envs were all reset is healthy again
@@ -694,10 +605,10 @@ class PipelinedVectorEnv(VectorEnv):
                 for k, g in enumerate(reset_ids[worker.index]):
                     real[g - envs.start] = True
                     if items is not None:
-                        self._env_obs[g] = items[k]
+                        self._obs.keep(g, items[k])
                     for info in env_infos[k]:
-                        infos = _add_env_info(infos, info, g - envs.start, batcher)
-        obs = self._observations(envs)
+                        infos = add_env_info(infos, info, g - envs.start, n)
+        obs = self._obs.batch(envs, self.copy)
         if error is not None:
             zeros = np.zeros(n, dtype=np.bool_)
             _attach_partial(error, (obs, np.zeros(n), zeros, zeros.copy(), infos), real)
@@ -779,7 +690,6 @@ class PipelinedVectorEnv(VectorEnv):
         terminations = np.zeros(n, dtype=np.bool_)
         truncations = np.zeros(n, dtype=np.bool_)
         infos = self._empty_infos(n)
-        batcher = InfoBatch(n)
         for _, results in collected:
             for worker, (items, rew, term, trunc, env_infos) in results:
                 lo = worker.env_indices[0] - envs.start
@@ -788,10 +698,10 @@ class PipelinedVectorEnv(VectorEnv):
                 rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
                 for k, g in enumerate(worker.env_indices):
                     if items is not None:
-                        self._env_obs[g] = items[k]
+                        self._obs.keep(g, items[k])
                     for info in env_infos[k]:
-                        infos = _add_env_info(infos, info, g - envs.start, batcher)
-        obs = self._observations(envs)
+                        infos = add_env_info(infos, info, g - envs.start, n)
+        obs = self._obs.batch(envs, self.copy)
         if error is not None:
             _attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
             raise error
@@ -1063,10 +973,8 @@ class PipelinedVectorEnv(VectorEnv):
         """
         grace = 0.0 if terminate else (5.0 if timeout is None else timeout)
         self._pool.close(grace)
-        # drop our views first: a segment with live views cannot be unmapped
-        self._obs_view = self._buffers = None
-        release(self._shm_arrays)
-        self._shm_arrays = []
+        if self._obs is not None:
+            self._obs.release()
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):

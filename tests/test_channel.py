@@ -16,6 +16,7 @@ import pytest
 from pipelined_vec_env import WaitTimeoutError
 from pipelined_vec_env.channel import InferenceChannel, Transition, take_requests
 from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
+from pipelined_vec_env.infos import split_infos
 from tests.conftest import assert_tree_equal
 
 pytestmark = pytest.mark.timeout(120)
@@ -244,16 +245,6 @@ def test_actor_stuck_at_close_then_replies_harmlessly(make_pipelined):
     assert not channel._threads[0].is_alive()  # it finished and left without touching fds
 
 
-def row_info(infos: dict[str, Any], k: int) -> dict[str, Any]:
-    """Env ``k``'s part of a batched gymnasium info dict."""
-    out = {}
-    for key, value in infos.items():
-        if key.startswith("_") or not infos[f"_{key}"][k]:
-            continue
-        out[key] = row_info(value, k) if isinstance(value, dict) else value[k]
-    return out
-
-
 def counting_policy(kind: str):
     """Deterministic per observation (never looks at the other rows of its batch)."""
 
@@ -306,7 +297,7 @@ def test_trajectories_equal_the_coupled_loop(
         expected["terms"].append(terms)
         expected["truncs"].append(truncs)
         # recv's infos["env_id"] (global ids) replaces the env's own "env_id" key
-        expected["infos"].append([row_info(infos, k) for k in range(n)])
+        expected["infos"].append(split_infos(infos, n))
         for row in expected["infos"][-1]:
             row.pop("env_id", None)
 
