@@ -110,8 +110,8 @@ class DecoupledState:
             RuntimeError: A stage has a call in flight, or envs are in flight from ``send``.
         """
         stages = self.env.stages
-        if any(s.state is not None for s in stages):
-            busy = [s.index for s in stages if s.state is not None]
+        if any(s.busy for s in stages):
+            busy = [s.index for s in stages if s.busy]
             raise RuntimeError(
                 f"async_reset: stages {busy} have calls in flight; wait for them first"
             )

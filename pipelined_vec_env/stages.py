@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
@@ -27,7 +28,19 @@ from .waiting import deadline_after, remaining
 if TYPE_CHECKING:
     from .pool import WorkerPool
 
-__all__ = ["Stage", "split_range", "wait_any_stage"]
+__all__ = ["Stage", "StageState", "split_range", "wait_any_stage"]
+
+
+class StageState(StrEnum):
+    """What a stage is doing: idle, or the one call it has in flight (as gymnasium's
+    ``AsyncState`` for an ``AsyncVectorEnv``). A `str` subclass: compares equal to its
+    value (``"step"`` ...), which is also the call's name in messages."""
+
+    IDLE = "idle"
+    RESET = "reset"
+    STEP = "step"
+    CALL = "call"
+    SET_ATTR = "set_attr"
 
 
 def split_range(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
@@ -55,8 +68,7 @@ class Stage:
         index: Stage index.
         envs: Global env indices of the stage, as a slice.
         workers: The workers serving the stage, in env order.
-        state: The call in flight (``"step"``, ``"reset"``, ``"call"``, ``"set_attr"``) or
-            None when idle.
+        state: The call in flight, or `StageState.IDLE`.
         whole: The call in flight belongs to a whole-env call (``stage=None``).
         failed: Failed workers (index -> why); a failed stage must be reset, at least
             every env of each failed worker (a ``reset_mask`` covering them will do).
@@ -68,7 +80,7 @@ class Stage:
     index: int
     envs: slice
     workers: list[WorkerTransport]
-    state: str | None = None
+    state: StageState = StageState.IDLE
     whole: bool = False
     failed: dict[int, str] = field(default_factory=dict)
     context: Any = None
@@ -90,6 +102,11 @@ class Stage:
                 del self.failed[w.index]
 
     @property
+    def busy(self) -> bool:
+        """Whether a call is in flight."""
+        return self.state is not StageState.IDLE
+
+    @property
     def size(self) -> int:
         """Number of envs in the stage."""
         return self.envs.stop - self.envs.start
@@ -101,7 +118,7 @@ class Stage:
             AlreadyPendingCallError: A call is already in flight on the stage.
             StageFailedError: The stage failed and ``op`` is not a reset.
         """
-        if self.state is not None:
+        if self.busy:
             where = "" if self.whole else f"stage={self.index}"
             raise AlreadyPendingCallError(
                 f"stage {self.index} has a `{self.state}` call in flight; call "
@@ -113,7 +130,7 @@ class Stage:
 
     def mark(self, op: str, whole: bool, context: Any = None) -> None:
         """Record that ``op`` is now in flight."""
-        self.state, self.whole, self.context = op, whole, context
+        self.state, self.whole, self.context = StageState(op), whole, context
         if self.profiler is not None:
             self.profiler.stage_started(self.index, op)
 
@@ -128,7 +145,7 @@ class Stage:
         if self.state != op:
             raise NoAsyncCallError(
                 f"`{wait_name}` on stage {self.index} without a prior `{op}` call "
-                f"(in flight: {self.state})",
+                f"(in flight: {self.state if self.busy else None})",
                 op,
             )
         if self.profiler is not None:
@@ -171,9 +188,12 @@ class Stage:
                 if error is None:
                     error = exc
                 reason = describe_failure(worker, answer)
-                if not isinstance(answer, Raised) or self.state in ("step", "reset"):
+                if not isinstance(answer, Raised) or self.state in (
+                    StageState.STEP,
+                    StageState.RESET,
+                ):
                     self.fail(worker, reason)
-        self.state, self.whole, self.context = None, False, None
+        self.state, self.whole, self.context = StageState.IDLE, False, None
         if self.profiler is not None:
             self.profiler.stage_finished(self.index)
         return results, error
@@ -189,7 +209,7 @@ def wait_any_stage(stages: list[Stage], pool: WorkerPool, timeout: float | None)
         NoAsyncCallError: No stage has a call in flight.
         WaitTimeoutError: None completed within ``timeout`` seconds.
     """
-    busy = [s for s in stages if s.state is not None]
+    busy = [s for s in stages if s.busy]
     if not busy:
         raise NoAsyncCallError("wait_any: no stage has a call in flight", "wait_any")
     deadline = deadline_after(timeout)
