@@ -16,35 +16,19 @@ from gymnasium.vector.utils import (
     batch_space,
 )
 
-from .batching import batch_slice, check_actions, to_numpy
+from .batching import check_actions, to_numpy
 from .decoupled import DecoupledState
 from .errors import WaitTimeoutError
-from .infos import add_env_info
 from .observations import ObservationStore
 from .pool import WorkerPool
 from .profiling import Profiler
-from .protocol import Answer, Command, Ok
+from .stage_stepping import CallInFlight, StageStepping
 from .stages import Stage, check_startable, split_range, wait_any_stage
 from .transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
 
 logger = logging.getLogger(__name__)
-
-
-def _attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> None:
-    """Give a failed wait's exception the results of the envs that did answer.
-
-    ``error.partial_results`` is ``(obs, rewards, terminations, truncations, infos)`` in the
-    call's layout; ``error.partial_mask`` (bool, one per env of the call) is True where the
-    env's results are real. Elsewhere obs is the env's last observation, reward 0, flags
-    False, and infos have no entry.
-    """
-    try:
-        error.partial_results = results  # type: ignore[attr-defined]
-        error.partial_mask = mask  # type: ignore[attr-defined]
-    except AttributeError:  # an exception type that refuses attributes (__slots__)
-        logger.warning("could not attach partial results to %r", error)
 
 
 class PipelinedVectorEnv(VectorEnv):
@@ -290,8 +274,16 @@ class PipelinedVectorEnv(VectorEnv):
         self._obs = ObservationStore(self.single_observation_space, num_envs, shared_memory)
         self._pool.attach(self.single_observation_space, self._obs.buffers, num_envs)
         self.decoupled = DecoupledState(self, self._pool, self._obs)
-        # a call started by call_async: (stages, worker groups, env_indices)
-        self._pending_call: tuple[list[Stage], dict[WorkerTransport, list[int]], Any] | None = None
+        self._stepping = StageStepping(
+            self.stages,
+            self._pool,
+            self._obs,
+            self.decoupled,
+            num_envs=num_envs,
+            autoreset_mode=self.autoreset_mode,
+            max_restarts=self.max_restarts,
+        )
+        self._pending_call: CallInFlight | None = None  # a call started by call_async
 
     # ------------------------------------------------------------------ set-up
 
@@ -349,76 +341,11 @@ class PipelinedVectorEnv(VectorEnv):
             )
         return [self.stages[stage]], self.stage_slices[stage]
 
-    def _empty_infos(self, n: int) -> Any:
-        return [{} for _ in range(n)] if self.info_layout == "per_env" else {}
-
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedEnvironmentError(
                 f"Trying to operate on {type(self).__name__} after a call to close()"
             )
-
-    def _wait(
-        self, stages: list[Stage], op: str, whole: bool, timeout: float | None
-    ) -> tuple[list, BaseException | None]:
-        """Wait for ``op`` on ``stages`` (restarting failed workers within ``max_restarts``);
-        return the ``(stage, results)`` pairs of every stage, drained, and the first
-        failure (not raised), or None."""
-        for stage in stages:
-            stage.check_wait(op, whole)
-        workers = [w for s in stages for w in s.workers]
-        self._pool.wait(workers, timeout)
-        answers = {w.index: self._pool.take(w) for w in workers}
-        if op in ("step", "reset") and self.max_restarts:
-            for stage in stages:
-                for w in stage.workers:
-                    failure = answers[w.index]
-                    if failure is not None and not failure.ok and w.restarts < self.max_restarts:
-                        answers[w.index] = self._restart(w, failure, op, stage.context)
-        collected, error = [], None
-        for stage in stages:
-            results, stage_error = stage.finish(answers)
-            collected.append((stage, results))
-            error = error or stage_error
-        return collected, error
-
-    def _restart(self, w: WorkerTransport, failure: Answer, op: str, context: Any) -> Answer:
-        """Rebuild worker ``w`` after ``failure`` of ``op`` (the pool's restart policy, which
-        retries inside), and return the answer that stands in for the failed one: the
-        reset's for a reset, else a step whose episodes end with ``truncated=True``."""
-        answer = self._pool.rebuild(w, failure, op)
-        if not answer.ok:
-            return answer
-        items, reset_infos = answer.payload
-        if op == "reset":
-            reset_ids = context
-            keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
-            return Ok(
-                (
-                    None if items is None else [items[k] for k in keep],
-                    [reset_infos[k] for k in keep],
-                )
-            )
-        n = len(w.env_indices)
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            # the truncated step is followed by an autoreset step, as for any episode end
-            self._pool.send(w, Command.SET_AUTORESET, list(range(n)))
-        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
-            # the simulator's last observation is lost: the fresh one stands in as final_obs
-            finals = items if items is not None else [self._obs.single(g) for g in w.env_indices]
-            for k in range(n):
-                reset_infos[k].insert(
-                    0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
-                )
-        return Ok(
-            (
-                items,
-                np.zeros(n, dtype=np.float64),
-                np.zeros(n, dtype=np.bool_),
-                np.ones(n, dtype=np.bool_),
-                reset_infos,
-            )
-        )
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:
@@ -500,12 +427,6 @@ class PipelinedVectorEnv(VectorEnv):
                 )
         return seeds, per_env, mask
 
-    def _revive_dead_workers(self, stages: list[Stage], mask: np.ndarray, envs: slice) -> None:
-        """Have the pool rebuild the dead workers of ``stages`` before a reset of the envs
-        of ``envs`` selected by ``mask`` (see `WorkerPool.revive_dead`)."""
-        reset_envs = {g for g in range(envs.start, envs.stop) if mask[g - envs.start]}
-        self._pool.revive_dead([w for s in stages for w in s.workers], reset_envs)
-
     def reset(
         self,
         *,
@@ -551,23 +472,7 @@ class PipelinedVectorEnv(VectorEnv):
         seeds, per_env, mask = self._reset_arguments(seed, options, envs)
         check_startable(stages, "reset", stage is None)
         self.decoupled.check_free(envs, "reset")
-        self._revive_dead_workers(stages, mask, envs)
-        for s in stages:
-            reset_ids: dict[int, list[int]] = {}
-            for w in s.workers:
-                ids = [g for g in w.env_indices if mask[g - envs.start]]
-                if ids:
-                    self._pool.send(
-                        w,
-                        Command.RESET,
-                        [
-                            (g - w.env_indices[0], seeds[g - envs.start], per_env[g - envs.start])
-                            for g in ids
-                        ],
-                        ids,
-                    )
-                    reset_ids[w.index] = ids
-            s.mark("reset", stage is None, context=reset_ids)
+        self._stepping.send_reset(stages, envs, seeds, per_env, mask, stage is None)
 
     def reset_wait(
         self, stage: int | None = None, timeout: float | None = None
@@ -592,28 +497,9 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         stages, envs = self._select(stage)
-        contexts = {s.index: s.context for s in stages}
-        collected, error = self._wait(stages, "reset", stage is None, timeout)
-        n = envs.stop - envs.start
-        real = np.zeros(n, dtype=np.bool_)
-        infos = self._empty_infos(n)
-        for s, results in collected:
-            reset_ids = contexts[s.index]
-            # a failed worker whose envs were all reset is healthy again
-            s.recover({g for worker, _ in results for g in reset_ids[worker.index]})
-            for worker, (items, env_infos) in results:
-                for k, g in enumerate(reset_ids[worker.index]):
-                    real[g - envs.start] = True
-                    if items is not None:
-                        self._obs.keep(g, items[k])
-                    for info in env_infos[k]:
-                        infos = add_env_info(infos, info, g - envs.start, n)
-        obs = self._obs.batch(envs, self.copy)
-        if error is not None:
-            zeros = np.zeros(n, dtype=np.bool_)
-            _attach_partial(error, (obs, np.zeros(n), zeros, zeros.copy(), infos), real)
-            raise error
-        return obs, infos
+        return self._stepping.collect_reset(
+            stages, envs, stage is None, timeout, info_layout=self.info_layout, copy=self.copy
+        )
 
     # ------------------------------------------------------------------ step
 
@@ -643,18 +529,11 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         stages, envs = self._select(stage)
-        n = envs.stop - envs.start
         check_startable(stages, "step", stage is None)
         self.decoupled.check_free(envs, "step")
-        batch = check_actions(self.single_action_space, to_numpy(actions), n)
         space = self.single_action_space
-        for s in stages:
-            for w in s.workers:
-                lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
-                self._pool.send(
-                    w, Command.STEP, (None, batch_slice(space, batch, slice(lo, hi))), w.env_indices
-                )
-            s.mark("step", stage is None)
+        batch = check_actions(space, to_numpy(actions), envs.stop - envs.start)
+        self._stepping.send_step(stages, envs, batch, space, stage is None)
 
     def step_wait(
         self, stage: int | None = None, timeout: float | None = None
@@ -683,29 +562,9 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         stages, envs = self._select(stage)
-        n = envs.stop - envs.start
-        collected, error = self._wait(stages, "step", stage is None, timeout)
-        real = np.zeros(n, dtype=np.bool_)
-        rewards = np.zeros(n, dtype=np.float64)
-        terminations = np.zeros(n, dtype=np.bool_)
-        truncations = np.zeros(n, dtype=np.bool_)
-        infos = self._empty_infos(n)
-        for _, results in collected:
-            for worker, (items, rew, term, trunc, env_infos) in results:
-                lo = worker.env_indices[0] - envs.start
-                hi = lo + len(worker.env_indices)
-                real[lo:hi] = True
-                rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
-                for k, g in enumerate(worker.env_indices):
-                    if items is not None:
-                        self._obs.keep(g, items[k])
-                    for info in env_infos[k]:
-                        infos = add_env_info(infos, info, g - envs.start, n)
-        obs = self._obs.batch(envs, self.copy)
-        if error is not None:
-            _attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
-            raise error
-        return obs, rewards, terminations, truncations, infos
+        return self._stepping.collect_step(
+            stages, envs, stage is None, timeout, info_layout=self.info_layout, copy=self.copy
+        )
 
     def wait_any(self, timeout: float | None = None) -> int:
         """Block until some stage's call in flight has completed and return that stage.
@@ -749,7 +608,7 @@ class PipelinedVectorEnv(VectorEnv):
         seeds, per_env, mask = self._reset_arguments(seed, options, everything)
         if not mask.all():
             raise ValueError("async_reset: options['reset_mask'] is not supported; reset all envs")
-        self._revive_dead_workers(list(self.stages), mask, everything)
+        self._stepping.revive_dead(list(self.stages), mask, everything)
         self.decoupled.async_reset(seeds, per_env)
 
     def recv(
@@ -821,7 +680,8 @@ class PipelinedVectorEnv(VectorEnv):
         Returns:
             One result per selected env, in the order of ``env_indices``.
         """
-        self._start_call(env_indices, name, args, kwargs)
+        self._check_open()
+        self._pending_call = self._stepping.start_call(env_indices, name, args, kwargs)
         return self.call_wait()
 
     def call_async(self, name: str | Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -831,7 +691,8 @@ class PipelinedVectorEnv(VectorEnv):
         Raises:
             AlreadyPendingCallError: A stage has a call in flight.
         """
-        self._start_call(None, name, args, kwargs)
+        self._check_open()
+        self._pending_call = self._stepping.start_call(None, name, args, kwargs)
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the call started by [`call_async`][pipelined_vec_env.PipelinedVectorEnv.call_async].
@@ -852,9 +713,8 @@ class PipelinedVectorEnv(VectorEnv):
         self._check_open()
         if self._pending_call is None:
             raise NoAsyncCallError("call_wait without a prior call_async", "call")
-        stages, groups, env_indices = self._pending_call
         try:
-            result = self._gather(stages, groups, env_indices, timeout)
+            result = self._stepping.gather(self._pending_call, timeout)
         except WaitTimeoutError:
             raise
         except BaseException:
@@ -862,20 +722,6 @@ class PipelinedVectorEnv(VectorEnv):
             raise
         self._pending_call = None
         return result
-
-    def _start_call(
-        self, env_indices: Sequence[int] | None, name: Any, args: tuple, kwargs: dict[str, Any]
-    ) -> None:
-        self._check_open()
-        groups = self._group(env_indices)
-        stages = [self.stages[s] for s in {w.stage for w in groups}]
-        check_startable(stages, "call", False)
-        for w, locals_ in groups.items():
-            ids = [w.env_indices[k] for k in locals_]
-            self._pool.send(w, Command.CALL, (name, args, kwargs, locals_), ids)
-        for s in stages:
-            s.mark("call", False)
-        self._pending_call = (stages, groups, env_indices)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Get attribute ``name`` of every env (through wrappers), like gymnasium."""
@@ -903,57 +749,11 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(
                 f"values: expected one value per env ({count}) or a single value, got {len(values)}"
             )
-        targets = list(range(self.num_envs)) if env_indices is None else list(env_indices)
-        by_env = dict(zip(targets, values, strict=False))
-        groups = self._group(env_indices)
-        stages = [self.stages[s] for s in {w.stage for w in groups}]
-        check_startable(stages, "set_attr", False)
-        for w, locals_ in groups.items():
-            ids = [w.env_indices[k] for k in locals_]
-            self._pool.send(w, Command.SET_ATTR, (name, [by_env[g] for g in ids], locals_), ids)
-        for s in stages:
-            s.mark("set_attr", False)
-        self._gather(stages, groups, env_indices)
+        self._stepping.gather(self._stepping.start_set_attr(env_indices, name, values))
 
     def render(self) -> tuple[Any, ...]:
         """Return one rendered frame per env (``render_mode`` set at env construction)."""
         return self.call("render")
-
-    def _group(self, env_indices: Sequence[int] | None) -> dict[WorkerTransport, list[int]]:
-        targets = range(self.num_envs) if env_indices is None else env_indices
-        groups: dict[WorkerTransport, list[int]] = {}
-        for g in targets:
-            if not isinstance(g, (int, np.integer)) or not 0 <= g < self.num_envs:
-                raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
-            w = self._pool.worker_of(int(g))
-            groups.setdefault(w, []).append(int(g) - w.env_indices[0])
-        busy = [w.index for w in groups if self.decoupled.drives(w)]
-        if busy:
-            raise RuntimeError(
-                f"workers {busy} have send/recv commands in flight; recv their results first"
-            )
-        return groups
-
-    def _gather(
-        self,
-        stages: list[Stage],
-        groups: dict[WorkerTransport, list[int]],
-        env_indices: Sequence[int] | None,
-        timeout: float | None = None,
-    ) -> tuple[Any, ...]:
-        op = stages[0].state if stages else "call"
-        collected, error = self._wait(stages, op, False, timeout)
-        if error is not None:
-            raise error
-        value: dict[int, Any] = {}
-        for _, results in collected:
-            for worker, payload in results:
-                if payload is None:
-                    continue
-                for local, result in zip(groups[worker], payload, strict=False):
-                    value[worker.env_indices[local]] = result
-        targets = range(self.num_envs) if env_indices is None else env_indices
-        return tuple(value.get(int(g)) for g in targets)
 
     # ------------------------------------------------------------------ close
 

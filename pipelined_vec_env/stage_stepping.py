@@ -1,0 +1,352 @@
+"""Stage stepping on the pool: a call sent to some stages' workers and awaited until their
+queues are empty.
+
+`PipelinedVectorEnv` checks its arguments and keeps the gymnasium contract; what happens
+between the check and the returned batch is here: grouping envs by worker, sending the
+call (`WorkerPool.send`), waiting for the workers' queues to empty (`WorkerPool.wait`),
+rebuilding a failed worker within ``max_restarts`` and turning the rebuild into the answer
+the caller sees (the reset's for a reset, a step whose episodes end with
+``truncated=True`` for a step), then putting the results together: observations from the
+`ObservationStore`, rewards and flags per env, infos merged (`infos.add_env_info`), and a
+failure raised with the healthy envs' ``partial_results``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from .batching import batch_slice
+from .decoupled import DecoupledState
+from .infos import add_env_info
+from .observations import ObservationStore
+from .pool import WorkerPool
+from .protocol import Answer, Command, Ok
+from .stages import Stage, StageState, check_startable
+from .transport import WorkerTransport
+
+__all__ = ["CallInFlight", "StageStepping", "attach_partial"]
+
+logger = logging.getLogger(__name__)
+
+#: A ``call``/``set_attr`` in flight: its stages, the envs per worker (local indices) and
+#: the env indices it was asked for (None: all).
+CallInFlight = tuple[list[Stage], dict[WorkerTransport, list[int]], Sequence[int] | None]
+
+
+def attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> None:
+    """Give a failed wait's exception the results of the envs that did answer.
+
+    ``error.partial_results`` is ``(obs, rewards, terminations, truncations, infos)`` in the
+    call's layout; ``error.partial_mask`` (bool, one per env of the call) is True where the
+    env's results are real. Elsewhere obs is the env's last observation, reward 0, flags
+    False, and infos have no entry.
+    """
+    try:
+        error.partial_results = results  # type: ignore[attr-defined]
+        error.partial_mask = mask  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type that refuses attributes (__slots__)
+        logger.warning("could not attach partial results to %r", error)
+
+
+def _empty_infos(n: int, info_layout: str) -> Any:
+    return [{} for _ in range(n)] if info_layout == "per_env" else {}
+
+
+class StageStepping:
+    """Stage calls of one vector env over its `WorkerPool`.
+
+    Args:
+        stages: The vector env's stages.
+        pool: Its pool.
+        observations: Its observations.
+        decoupled: Its decoupled stepping (stage calls refuse the envs it drives).
+        num_envs: Number of envs.
+        autoreset_mode: The envs' autoreset mode (what a restart's truncated step looks
+            like).
+        max_restarts: Rebuilds allowed per worker.
+    """
+
+    def __init__(
+        self,
+        stages: Sequence[Stage],
+        pool: WorkerPool,
+        observations: ObservationStore,
+        decoupled: DecoupledState,
+        *,
+        num_envs: int,
+        autoreset_mode: AutoresetMode,
+        max_restarts: int,
+    ) -> None:
+        self.stages = tuple(stages)
+        self.pool = pool
+        self.observations = observations
+        self.decoupled = decoupled
+        self.num_envs = num_envs
+        self.autoreset_mode = autoreset_mode
+        self.max_restarts = max_restarts
+
+    # ------------------------------------------------------------------ reset
+
+    def send_reset(
+        self,
+        stages: list[Stage],
+        envs: slice,
+        seeds: list[Any],
+        per_env: list[dict[str, Any] | None],
+        mask: np.ndarray,
+        whole: bool,
+    ) -> None:
+        """Rebuild the dead workers of ``stages`` (the reset covers them), then send a reset
+        of the envs of ``envs`` selected by ``mask`` (checked arguments, one per env)."""
+        self.revive_dead(stages, mask, envs)
+        for s in stages:
+            reset_ids: dict[int, list[int]] = {}
+            for w in s.workers:
+                ids = [g for g in w.env_indices if mask[g - envs.start]]
+                if ids:
+                    requests = [
+                        (g - w.env_indices[0], seeds[g - envs.start], per_env[g - envs.start])
+                        for g in ids
+                    ]
+                    self.pool.send(w, Command.RESET, requests, ids)
+                    reset_ids[w.index] = ids
+            s.mark("reset", whole, context=reset_ids)
+
+    def revive_dead(self, stages: list[Stage], mask: np.ndarray, envs: slice) -> None:
+        """Have the pool rebuild the dead workers of ``stages`` before a reset of the envs
+        of ``envs`` selected by ``mask`` (see `WorkerPool.revive_dead`)."""
+        reset_envs = {g for g in range(envs.start, envs.stop) if mask[g - envs.start]}
+        self.pool.revive_dead([w for s in stages for w in s.workers], reset_envs)
+
+    def collect_reset(
+        self,
+        stages: list[Stage],
+        envs: slice,
+        whole: bool,
+        timeout: float | None,
+        *,
+        info_layout: str,
+        copy: bool,
+    ) -> tuple[Any, Any]:
+        """Wait for the reset of ``stages`` and return ``(obs, infos)`` for ``envs``.
+
+        Raises:
+            WorkerCrashedError / the worker's exception: The first failure, with
+                ``partial_results`` (see `PipelinedVectorEnv.reset_wait`).
+        """
+        contexts = {s.index: s.context for s in stages}
+        collected, error = self.wait(stages, "reset", whole, timeout)
+        n = envs.stop - envs.start
+        real = np.zeros(n, dtype=np.bool_)
+        infos = _empty_infos(n, info_layout)
+        for s, results in collected:
+            reset_ids = contexts[s.index]
+            # a failed worker whose envs were all reset is healthy again
+            s.recover({g for worker, _ in results for g in reset_ids[worker.index]})
+            for worker, (items, env_infos) in results:
+                for k, g in enumerate(reset_ids[worker.index]):
+                    real[g - envs.start] = True
+                    if items is not None:
+                        self.observations.keep(g, items[k])
+                    for info in env_infos[k]:
+                        infos = add_env_info(infos, info, g - envs.start, n)
+        obs = self.observations.batch(envs, copy)
+        if error is not None:
+            zeros = np.zeros(n, dtype=np.bool_)
+            attach_partial(error, (obs, np.zeros(n), zeros, zeros.copy(), infos), real)
+            raise error
+        return obs, infos
+
+    # ------------------------------------------------------------------ step
+
+    def send_step(
+        self, stages: list[Stage], envs: slice, batch: Any, space: Any, whole: bool
+    ) -> None:
+        """Send each worker of ``stages`` its rows of ``batch`` (checked actions of ``space``
+        for the envs ``envs``)."""
+        for s in stages:
+            for w in s.workers:
+                lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
+                rows = batch_slice(space, batch, slice(lo, hi))
+                self.pool.send(w, Command.STEP, (None, rows), w.env_indices)
+            s.mark("step", whole)
+
+    def collect_step(
+        self,
+        stages: list[Stage],
+        envs: slice,
+        whole: bool,
+        timeout: float | None,
+        *,
+        info_layout: str,
+        copy: bool,
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Wait for the step of ``stages`` and return its 5-tuple for ``envs``.
+
+        Raises:
+            WorkerCrashedError / the worker's exception: The first failure, with
+                ``partial_results`` (see `PipelinedVectorEnv.step_wait`).
+        """
+        n = envs.stop - envs.start
+        collected, error = self.wait(stages, "step", whole, timeout)
+        real = np.zeros(n, dtype=np.bool_)
+        rewards = np.zeros(n, dtype=np.float64)
+        terminations = np.zeros(n, dtype=np.bool_)
+        truncations = np.zeros(n, dtype=np.bool_)
+        infos = _empty_infos(n, info_layout)
+        for _, results in collected:
+            for worker, (items, rew, term, trunc, env_infos) in results:
+                lo = worker.env_indices[0] - envs.start
+                hi = lo + len(worker.env_indices)
+                real[lo:hi] = True
+                rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
+                for k, g in enumerate(worker.env_indices):
+                    if items is not None:
+                        self.observations.keep(g, items[k])
+                    for info in env_infos[k]:
+                        infos = add_env_info(infos, info, g - envs.start, n)
+        obs = self.observations.batch(envs, copy)
+        if error is not None:
+            attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
+            raise error
+        return obs, rewards, terminations, truncations, infos
+
+    # ------------------------------------------------------------------ calls
+
+    def start_call(
+        self, env_indices: Sequence[int] | None, name: Any, args: tuple, kwargs: dict[str, Any]
+    ) -> CallInFlight:
+        """Send ``name(*args, **kwargs)`` to the envs ``env_indices`` (None: all)."""
+        groups = self._group(env_indices)
+        stages = [self.stages[s] for s in {w.stage for w in groups}]
+        check_startable(stages, "call", False)
+        for w, locals_ in groups.items():
+            ids = [w.env_indices[k] for k in locals_]
+            self.pool.send(w, Command.CALL, (name, args, kwargs, locals_), ids)
+        for s in stages:
+            s.mark("call", False)
+        return stages, groups, env_indices
+
+    def start_set_attr(
+        self, env_indices: Sequence[int] | None, name: str, values: Sequence[Any]
+    ) -> CallInFlight:
+        """Send ``set_attr(name, value)`` to the envs ``env_indices`` (None: all), one value
+        per env (checked)."""
+        targets = list(range(self.num_envs)) if env_indices is None else list(env_indices)
+        by_env = dict(zip(targets, values, strict=False))
+        groups = self._group(env_indices)
+        stages = [self.stages[s] for s in {w.stage for w in groups}]
+        check_startable(stages, "set_attr", False)
+        for w, locals_ in groups.items():
+            ids = [w.env_indices[k] for k in locals_]
+            self.pool.send(w, Command.SET_ATTR, (name, [by_env[g] for g in ids], locals_), ids)
+        for s in stages:
+            s.mark("set_attr", False)
+        return stages, groups, env_indices
+
+    def gather(self, call: CallInFlight, timeout: float | None = None) -> tuple[Any, ...]:
+        """Wait for ``call`` and return one result per env asked, in that order.
+
+        Raises:
+            WaitTimeoutError: Timed out (the call stays in flight).
+            The env's exception / WorkerCrashedError: A worker failed.
+        """
+        stages, groups, env_indices = call
+        op = stages[0].state if stages else StageState.CALL
+        collected, error = self.wait(stages, op, False, timeout)
+        if error is not None:
+            raise error
+        value: dict[int, Any] = {}
+        for _, results in collected:
+            for worker, payload in results:
+                if payload is None:
+                    continue
+                for local, result in zip(groups[worker], payload, strict=False):
+                    value[worker.env_indices[local]] = result
+        targets = range(self.num_envs) if env_indices is None else env_indices
+        return tuple(value.get(int(g)) for g in targets)
+
+    def _group(self, env_indices: Sequence[int] | None) -> dict[WorkerTransport, list[int]]:
+        targets = range(self.num_envs) if env_indices is None else env_indices
+        groups: dict[WorkerTransport, list[int]] = {}
+        for g in targets:
+            if not isinstance(g, (int, np.integer)) or not 0 <= g < self.num_envs:
+                raise ValueError(f"env_indices: expected ints in [0, {self.num_envs}), got {g!r}")
+            w = self.pool.worker_of(int(g))
+            groups.setdefault(w, []).append(int(g) - w.env_indices[0])
+        busy = [w.index for w in groups if self.decoupled.drives(w)]
+        if busy:
+            raise RuntimeError(
+                f"workers {busy} have send/recv commands in flight; recv their results first"
+            )
+        return groups
+
+    # ------------------------------------------------------------------ waiting
+
+    def wait(
+        self, stages: list[Stage], op: str, whole: bool, timeout: float | None
+    ) -> tuple[list, BaseException | None]:
+        """Wait for ``op`` on ``stages`` (restarting failed workers within ``max_restarts``);
+        return the ``(stage, results)`` pairs of every stage, drained, and the first
+        failure (not raised), or None."""
+        for stage in stages:
+            stage.check_wait(op, whole)
+        workers = [w for s in stages for w in s.workers]
+        self.pool.wait(workers, timeout)
+        answers = {w.index: self.pool.take(w) for w in workers}
+        if op in ("step", "reset") and self.max_restarts:
+            for stage in stages:
+                for w in stage.workers:
+                    failure = answers[w.index]
+                    if failure is not None and not failure.ok and w.restarts < self.max_restarts:
+                        answers[w.index] = self._restart(w, failure, op, stage.context)
+        collected, error = [], None
+        for stage in stages:
+            results, stage_error = stage.finish(answers)
+            collected.append((stage, results))
+            error = error or stage_error
+        return collected, error
+
+    def _restart(self, w: WorkerTransport, failure: Answer, op: str, context: Any) -> Answer:
+        """Rebuild worker ``w`` after ``failure`` of ``op`` (the pool's restart policy, which
+        retries inside), and return the answer that stands in for the failed one: the
+        reset's for a reset, else a step whose episodes end with ``truncated=True``."""
+        answer = self.pool.rebuild(w, failure, op)
+        if not answer.ok:
+            return answer
+        items, reset_infos = answer.payload
+        if op == "reset":
+            reset_ids = context
+            keep = [g - w.env_indices[0] for g in reset_ids.get(w.index, [])]
+            return Ok(
+                (
+                    None if items is None else [items[k] for k in keep],
+                    [reset_infos[k] for k in keep],
+                )
+            )
+        n = len(w.env_indices)
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            # the truncated step is followed by an autoreset step, as for any episode end
+            self.pool.send(w, Command.SET_AUTORESET, list(range(n)))
+        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
+            # the simulator's last observation is lost: the fresh one stands in as final_obs
+            store = self.observations
+            finals = items if items is not None else [store.single(g) for g in w.env_indices]
+            for k in range(n):
+                reset_infos[k].insert(
+                    0, {"final_obs": finals[k], "final_info": {"worker_restarted": True}}
+                )
+        return Ok(
+            (
+                items,
+                np.zeros(n, dtype=np.float64),
+                np.zeros(n, dtype=np.bool_),
+                np.ones(n, dtype=np.bool_),
+                reset_infos,
+            )
+        )
