@@ -1,0 +1,145 @@
+"""The package's structure rules, read from its source: no import cycle, and no module
+reading another module's private members (docs/worker_layer.md).
+
+Both are checked on the AST, nothing is imported. Imports under ``if TYPE_CHECKING:`` and
+inside functions are not module imports (they run later, or never) and are left out of the
+cycle check.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pipelined_vec_env"
+
+# private members of other code that the package reads on purpose: the standard library's
+# (os._exit in a child process, the fork server's preload list and liveness descriptor) and
+# robosuite's, behind the LIBERO wrappers
+ALLOWED = {
+    "os._exit",
+    "forkserver._forkserver",
+    "server._forkserver_alive_fd",
+    "robot._ref_gripper_joint_pos_indexes",
+    "robot._ref_gripper_joint_vel_indexes",
+    "self._env._eval_predicate",
+    "self._sim_env.env._get_observations",
+}
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): ast.parse(p.read_text())
+        for p in sorted(PACKAGE.rglob("*.py"))
+    }
+
+
+def _defined_private_names(tree: ast.Module) -> set[str]:
+    """Private names a module defines itself: methods, functions and ``self._x`` fields."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if n.startswith("_")}
+
+
+def _reaches(tree: ast.Module) -> list[tuple[int, str]]:
+    """``x._name`` reads on objects other than ``self``/``cls`` of names the module does
+    not define itself."""
+    own = _defined_private_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or name.startswith("__"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        text = ast.unparse(node)
+        if name in own or text in ALLOWED:
+            continue
+        found.append((node.lineno, text))
+    return found
+
+
+def _module_imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """The package modules ``name`` imports at module level (not under TYPE_CHECKING)."""
+    package = name if name.endswith("__init__") else name.rsplit(".", 1)[0]
+    package = package.removesuffix(".__init__")
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in [node] if not isinstance(node, ast.Try) else node.body:
+            if isinstance(sub, ast.ImportFrom):
+                if sub.level:
+                    base = package.split(".")[: len(package.split(".")) - (sub.level - 1)]
+                    target = ".".join(base + ([sub.module] if sub.module else []))
+                else:
+                    target = sub.module or ""
+                candidates = [target] + [f"{target}.{a.name}" for a in sub.names]
+                out |= {c for c in candidates if c in known}
+                out |= {f"{c}.__init__" for c in candidates if f"{c}.__init__" in known}
+            elif isinstance(sub, ast.Import):
+                out |= {a.name for a in sub.names if a.name in known}
+    out.discard(name)
+    return out
+
+
+def test_no_module_reads_private_members_of_another():
+    problems = [
+        f"{name}:{line}: {text}"
+        for name, tree in _modules().items()
+        for line, text in _reaches(tree)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_reach_check_can_fail():
+    tree = ast.parse("def f(envs):\n    return envs._decoupled\n")
+    assert _reaches(tree) == [(2, "envs._decoupled")]
+
+
+def _find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph`` (module -> the modules it imports), depth first."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def test_no_import_cycle_at_module_level():
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _module_imports(name, tree, known) for name, tree in modules.items()}
+    assert "pipelined_vec_env.pool" in graph["pipelined_vec_env.stage_stepping"]  # read at all
+    assert not _find_cycles(graph)
+
+
+def test_the_cycle_check_can_fail():
+    known = {"pkg.a", "pkg.b", "pkg.c"}
+    graph = {
+        "pkg.a": _module_imports("pkg.a", ast.parse("from .b import x"), known),
+        "pkg.b": _module_imports("pkg.b", ast.parse("from . import c"), known),
+        "pkg.c": _module_imports("pkg.c", ast.parse("import pkg.a"), known),
+    }
+    assert _find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    lazy = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import x")
+    assert _module_imports("pkg.a", lazy, known) == set()
