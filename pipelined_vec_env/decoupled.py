@@ -144,6 +144,8 @@ class DecoupledState:
             ``(results, woken)``: whether an answer arrived (or one is waiting to be
             filed), and whether ``wake_fd`` was readable.
         """
+        if self._polled:  # answers wait to be filed already: look, do not block
+            timeout = 0.0
         done, woken = self.pool.poll_or_wake(self.busy_workers(), timeout, wake_fd)
         self._polled.extend(done)
         return bool(self._polled), woken

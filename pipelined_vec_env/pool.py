@@ -5,7 +5,7 @@ each worker's queue of commands in flight (`InFlight`: the command, its envs, wh
 sent) and one `WorkerPool.poll` that returns the answers completed since, applying on one
 clock (each command's own send time) crash detection (the backend's wait, see
 `transport.WorkerBackend`) and the ``step_deadline`` kill of a worker whose
-``step``/``reset`` overran. Stage stepping (`stages.py`, `vector_env.py`) sends
+``step``/``reset`` overran. Stage stepping (`stage_stepping.py`) sends
 through it and waits until its workers' queues are empty (`WorkerPool.wait`); the restart
 policy (`WorkerPool.rebuild`: a fresh process and a reset of all its envs, retried within
 ``max_restarts``) and the rebuild of dead workers before a reset
@@ -341,9 +341,9 @@ class WorkerPool:
                 return [], False
             return [], bool(poll_fds([wake_fd], timeout))
         woken = False
-        if all(w.answer is None for w in busy):
+        if not any(w.answer is not None or (w.dead and not w.pending) for w in busy):
             woken = self.backend.receive_ready(busy, self._wait_before(busy, timeout), wake_fd)
-        elif wake_fd is not None:
+        elif wake_fd is not None:  # an answer is here already: do not block
             woken = bool(poll_fds([wake_fd], 0))
         done = []
         now = time.monotonic()
