@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import queue
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
-from .batching import batch_slice, concat_batches, stack_batches, swap_leading_axes, to_numpy
+from .actors import ActorStats, InferenceActors, Policy, Request, take_requests
+from .batching import batch_slice, concat_batches, stack_batches, swap_leading_axes
 from .errors import WaitTimeoutError
 from .infos import split_infos
 from .waiting import deadline_after, remaining
@@ -53,59 +51,12 @@ __all__ = [
     "InferenceChannel",
     "Policy",
     "Transition",
+    "take_requests",
 ]
 
 logger = logging.getLogger(__name__)
 
-Policy = Callable[[Any, np.ndarray], Any]
-"""``policy(obs_batch, env_ids) -> actions`` or ``(actions, extras)``.
-
-``obs_batch`` is a batch of ``n`` observations in gymnasium's batched layout of the env's
-``single_observation_space``; ``env_ids`` is an int64 array ``(n,)`` of their global env
-ids. ``actions`` is a batch of ``n`` actions (numpy or torch); ``extras`` a dict of arrays
-or tensors with leading dimension ``n`` (log-probabilities, values, ...), kept with the
-transitions.
-"""
-
-
 # ---------------------------------------------------------------------- records
-
-
-@dataclass
-class ActorStats:
-    """What one inference actor did during a run (appended by the actor's thread).
-
-    Attributes:
-        batch_sizes: Envs in each policy call.
-        env_batches: Env batches (worker posts) merged into each policy call.
-        queue_waits: Seconds each env batch waited in the channel, from its post to the
-            moment an actor took it.
-        infer_seconds: Wall-clock seconds of each policy call (including conversion of
-            its outputs to numpy).
-    """
-
-    batch_sizes: list[int] = field(default_factory=list)
-    env_batches: list[int] = field(default_factory=list)
-    queue_waits: list[float] = field(default_factory=list)
-    infer_seconds: list[float] = field(default_factory=list)
-
-    def summary(self) -> dict[str, float]:
-        """Counts, means and tails of the lists (NaN where a list is empty).
-
-        Returns:
-            ``calls``, ``envs``, ``mean_batch``, ``mean_env_batches``,
-            ``mean_queue_wait_ms``, ``p99_queue_wait_ms``, ``busy_seconds``.
-        """
-        waits = np.asarray(self.queue_waits, dtype=np.float64) * 1e3
-        return {
-            "calls": float(len(self.batch_sizes)),
-            "envs": float(sum(self.batch_sizes)),
-            "mean_batch": float(np.mean(self.batch_sizes)) if self.batch_sizes else math.nan,
-            "mean_env_batches": float(np.mean(self.env_batches)) if self.env_batches else math.nan,
-            "mean_queue_wait_ms": float(waits.mean()) if waits.size else math.nan,
-            "p99_queue_wait_ms": float(np.percentile(waits, 99)) if waits.size else math.nan,
-            "busy_seconds": float(sum(self.infer_seconds)),
-        }
 
 
 @dataclass
@@ -230,67 +181,7 @@ class DecoupledRollout:
         }
 
 
-# ---------------------------------------------------------------------- messages
-
-
-@dataclass
-class _Request:
-    epoch: int
-    env_ids: np.ndarray
-    obs: Any
-    posted_at: float
-
-
-@dataclass
-class _Reply:
-    epoch: int
-    actor: int
-    env_ids: np.ndarray
-    actions: Any
-    extras: dict[str, np.ndarray]
-    arrived_at: list[float]
-    error: BaseException | None = None
-
-
-_STOP = object()
-
-
 # ---------------------------------------------------------------------- channel
-
-
-def take_requests(
-    requests: queue.Queue[Any], limit: int, max_wait: float
-) -> tuple[list[Any], bool]:
-    """What one actor takes for one policy call: Sample Factory's dynamic batching.
-
-    Blocks until the first item arrives, then takes up to ``limit`` items in all, waiting
-    at most ``max_wait`` seconds after the first for more (0: only what is queued).
-
-    Args:
-        requests: The channel's request queue (a `queue.Queue`; see the note in
-            [`InferenceChannel`][pipelined_vec_env.channel.InferenceChannel] on why not ``SimpleQueue``).
-        limit: Most items to take (>= 1).
-        max_wait: Seconds to wait for more after the first.
-
-    Returns:
-        ``(taken, stop)``: the requests taken (possibly none) and whether the stop
-        sentinel was met (the actor then exits after serving ``taken``).
-    """
-    first = requests.get()
-    if first is _STOP:
-        return [], True
-    taken = [first]
-    deadline = time.monotonic() + max_wait
-    while len(taken) < limit:
-        left = deadline - time.monotonic()
-        try:
-            item = requests.get(timeout=left) if left > 0 else requests.get_nowait()
-        except queue.Empty:
-            break
-        if item is _STOP:
-            return taken, True
-        taken.append(item)
-    return taken, False
 
 
 class InferenceChannel:
@@ -370,76 +261,22 @@ class InferenceChannel:
         self.num_workers = len(workers)
         self.rollout_queue_size = int(rollout_queue_size) or -(-self.num_workers // self.num_actors)
         self.max_wait = float(max_wait)
-        self._policies = policies
         self._worker_of = np.empty(envs.num_envs, dtype=np.int64)
         for k, w in enumerate(workers):
             self._worker_of[list(w.env_indices)] = k
-        # queue.Queue, not SimpleQueue: on CPython <= 3.13 a SimpleQueue.get(timeout=...) whose
-        # deadline passes while it holds the queue's lock waits forever (a negative timeout
-        # reaches the lock as "no limit"), so an actor with a small max_wait could sit on
-        # its requests until the next post, which never comes.
-        self._requests: queue.Queue[Any] = queue.Queue()
-        self._replies: queue.SimpleQueue[_Reply] = queue.SimpleQueue()  # only get_nowait
-        self._stats = [ActorStats() for _ in policies]
         self._epoch = 0
         self._held: dict[int, Any] = {}  # env id -> latest obs (batch of one), not yet posted
         self._at_env: set[int] = set()  # envs whose step (or reset) is in flight
         self._broken: BaseException | None = None
         self._started = False
         self.closed = False
-        self._wake_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._threads = [
-            threading.Thread(
-                target=self._actor_loop, args=(i,), name=f"{name}-actor-{i}", daemon=True
-            )
-            for i in range(self.num_actors)
-        ]
-        for t in self._threads:
-            t.start()
-
-    # ------------------------------------------------------------------ actors
-
-    def _actor_loop(self, index: int) -> None:
-        policy = self._policies[index]
-        while True:
-            taken, stop = take_requests(self._requests, self.rollout_queue_size, self.max_wait)
-            if taken:
-                self._serve(index, policy, taken)
-            if stop:
-                return
-
-    def _serve(self, index: int, policy: Policy, taken: list[_Request]) -> None:
-        started = time.monotonic()
-        env_ids = np.concatenate([r.env_ids for r in taken])
-        reply = _Reply(taken[0].epoch, index, env_ids, None, {}, [r.posted_at for r in taken])
-        try:
-            space = self.envs.single_observation_space
-            obs = taken[0].obs if len(taken) == 1 else concat_batches(space, [r.obs for r in taken])
-            out = policy(obs, env_ids)
-            if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
-                actions, extras = out
-            else:
-                actions, extras = out, {}
-            reply.actions = to_numpy(actions)
-            reply.extras = {k: np.asarray(to_numpy(v)) for k, v in extras.items()}
-            for k, v in reply.extras.items():
-                if v.ndim == 0 or v.shape[0] != len(env_ids):
-                    raise ValueError(
-                        f"policy extras[{k!r}]: expected leading dimension {len(env_ids)} (one "
-                        f"row per env), got shape {v.shape}"
-                    )
-        except BaseException as exc:  # noqa: BLE001 - raised in the driving thread
-            reply.error = exc
-        stats = self._stats[index]
-        stats.batch_sizes.append(len(env_ids))
-        stats.env_batches.append(len(taken))
-        stats.queue_waits.extend(started - r.posted_at for r in taken)
-        stats.infer_seconds.append(time.monotonic() - started)
-        self._replies.put(reply)
-        self._wake()
+        self._actors = InferenceActors(
+            policies,
+            envs.single_observation_space,
+            batch_limit=self.rollout_queue_size,
+            max_wait=self.max_wait,
+            name=name,
+        )
 
     def _wait_for_events(
         self, envs: PipelinedVectorEnv, timeout: float | None
@@ -455,30 +292,13 @@ class InferenceChannel:
         deadline = deadline_after(timeout)
         t0 = time.monotonic_ns()
         while True:
-            env_ready, woken = envs.decoupled.wait(remaining(deadline), self._wake_r)
+            env_ready, woken = envs.decoupled.wait(remaining(deadline), self._actors.wake_fd)
             if env_ready or woken:
                 if envs.profiler.enabled:  # the driver idled, waiting for envs or actors
                     envs.profiler.caller_waited("channel wait", t0)
                 return env_ready, woken
             if deadline is not None and remaining(deadline) == 0:
                 return False, False
-
-    def _diagnosis(self) -> str:
-        alive = sum(t.is_alive() for t in self._threads)
-        return (
-            f"actors alive {alive}/{self.num_actors}, requests queued {self._requests.qsize()}, "
-            f"replies queued {self._replies.qsize()}"
-        )
-
-    def _wake(self) -> None:
-        # under the lock, so a byte never goes to a descriptor number close() released
-        with self._wake_lock:
-            if self.closed:
-                return
-            try:
-                os.write(self._wake_w, b"x")
-            except BlockingIOError:  # the pipe is full: the driver is awake anyway
-                pass
 
     # ------------------------------------------------------------------ driver
 
@@ -506,7 +326,7 @@ class InferenceChannel:
         """
         self._check_open()
         self._epoch += 1
-        self._discard_requests()
+        self._actors.discard()
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.envs.decoupled.has_results():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -608,7 +428,7 @@ class InferenceChannel:
         n = envs.num_envs
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         began = time.monotonic()
-        self._stats = [ActorStats() for _ in self._policies]
+        self._actors.reset_stats()
         steps = np.zeros(n, dtype=np.int64)
         episodes = np.zeros(n, dtype=np.int64)
         keep = record or on_transition is not None
@@ -644,7 +464,7 @@ class InferenceChannel:
                     for g, row in zip(ids.tolist(), rows, strict=True):
                         posted_obs[g] = row
                 posted.update(ids.tolist())
-                self._requests.put(_Request(self._epoch, ids, batch, now))
+                self._actors.post(Request(self._epoch, ids, batch, now))
 
         held = sorted(g for g in self._held if g in participants)
         if held:
@@ -660,7 +480,7 @@ class InferenceChannel:
                     raise WaitTimeoutError(
                         f"run: no env result or actor reply within {timeout} s "
                         f"({len(self._at_env)} envs stepping, {len(posted)} at the actors; "
-                        f"{self._diagnosis()})"
+                        f"{self._actors.diagnosis()})"
                     )
                 if not env_ready:
                     continue
@@ -730,7 +550,7 @@ class InferenceChannel:
             steps=steps,
             final_obs=concat_batches(obs_space, final),
             trajectories=trajectories,
-            actor_stats=self._stats,
+            actor_stats=self._actors.stats,
             turnaround=turnaround,
             wall_seconds=time.monotonic() - began,
         )
@@ -744,18 +564,9 @@ class InferenceChannel:
         turnaround: list[float],
     ) -> bool:
         """Send every available actor reply to its envs; True if there was one."""
-        try:
-            while True:
-                os.read(self._wake_r, 4096)
-        except BlockingIOError:
-            pass
         got = False
         act_space = self.envs.single_action_space
-        while True:
-            try:
-                reply = self._replies.get_nowait()
-            except queue.Empty:
-                return got
+        for reply in self._actors.replies():
             if reply.epoch != self._epoch:
                 continue  # answers a request from before the last reset
             if reply.error is not None:
@@ -781,18 +592,7 @@ class InferenceChannel:
                     )
                 else:
                     acted[g] = (None, None, {}, reply.actor)
-
-    def _discard_requests(self) -> None:
-        while True:
-            try:
-                self._requests.get_nowait()
-            except queue.Empty:
-                break
-        while True:
-            try:
-                self._replies.get_nowait()
-            except queue.Empty:
-                break
+        return got
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -803,7 +603,7 @@ class InferenceChannel:
     @property
     def actor_stats(self) -> list[ActorStats]:
         """Per-actor statistics of the current (or last) run."""
-        return self._stats
+        return self._actors.stats
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the actors. Always returns within about ``timeout`` seconds.
@@ -817,19 +617,8 @@ class InferenceChannel:
         """
         if self.closed:
             return
-        self._discard_requests()
-        for _ in self._threads:
-            self._requests.put(_STOP)
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        alive = [t.name for t in self._threads if t.is_alive()]
-        if alive:
-            logger.warning("actors %s still busy at close; left to finish as daemon threads", alive)
-        with self._wake_lock:
-            self.closed = True
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+        self._actors.close(timeout)
+        self.closed = True
 
     def __enter__(self) -> InferenceChannel:
         return self

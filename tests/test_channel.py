@@ -241,8 +241,8 @@ def test_actor_stuck_at_close_then_replies_harmlessly(make_pipelined):
         channel.run(3, timeout=0.3)
     channel.close(timeout=0.1)  # the actor is still inside its policy
     release.set()
-    channel._threads[0].join(10)
-    assert not channel._threads[0].is_alive()  # it finished and left without touching fds
+    channel._actors.threads[0].join(10)
+    assert not channel._actors.threads[0].is_alive()  # it finished and left without touching fds
 
 
 def counting_policy(kind: str):
