@@ -1,15 +1,13 @@
-"""The timeline picture of a ``Profiler`` recording (matplotlib, imported only here)."""
+"""The timeline picture of a profiler `Recording` (matplotlib, imported only here)."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .profiling import merged_waits, placed
-
-if TYPE_CHECKING:
-    from .profiling import Profiler
+from .profile_records import Recording, merged_waits, placed
+from .profile_summary import summarize
 
 __all__ = ["draw_timeline"]
 
@@ -29,9 +27,9 @@ _WINDOW_COMMANDS = 24
 
 
 def draw_timeline(
-    profiler: Profiler, path: Path, start_s: float | None, duration_s: float | None
+    recording: Recording, path: Path, start_s: float | None, duration_s: float | None
 ) -> Path:
-    """Draw ``profiler``'s recording into the PNG ``path`` (see ``Profiler.plot``)."""
+    """Draw `recording` into the PNG `path` (see `Profiler.plot` for the arguments)."""
     try:
         import matplotlib
 
@@ -41,16 +39,15 @@ def draw_timeline(
     except ImportError as exc:  # pragma: no cover - matplotlib is in the train extra
         raise ImportError("Profiler.plot needs matplotlib: pip install matplotlib") from exc
 
-    rec = profiler.records()
-    workers, threads = profiler.layout()
-    times = [r[2] for r in rec["commands"]] + [s[3] for s in rec["spans"]]
-    times += [w[2] for w in rec["waits"]] + [s[2] for s in rec["stage_spans"]]
-    ends = [r[5] for r in rec["commands"]] + [s[4] for s in rec["spans"]]
-    ends += [w[3] for w in rec["waits"]] + [s[3] for s in rec["stage_spans"]]
+    workers, threads = recording.workers, recording.threads
+    times = [r[2] for r in recording.commands] + [s[3] for s in recording.spans]
+    times += [w[2] for w in recording.waits] + [s[2] for s in recording.stage_spans]
+    ends = [r[5] for r in recording.commands] + [s[4] for s in recording.spans]
+    ends += [w[3] for w in recording.waits] + [s[3] for s in recording.stage_spans]
     origin = min(times, default=0)
     last = max(ends, default=origin)
     if duration_s is None:
-        duration_s = _default_window(rec["commands"], origin, last)
+        duration_s = _default_window(recording.commands, origin, last)
     if start_s is None:
         start_s = max(0.0, (last - origin) / 1e9 - duration_s)
     lo, hi = start_s, start_s + duration_s
@@ -66,7 +63,7 @@ def draw_timeline(
         name = threads.get(track, "caller")
         rows.append("caller" if track == 0 else f"caller: {name}")
     stage_rows = {}
-    for s in range(max(profiler.num_stages, 1)):
+    for s in range(max(recording.num_stages, 1)):
         stage_rows[s] = len(rows)
         rows.append(f"stage {s}")
     worker_rows = {}
@@ -80,13 +77,13 @@ def draw_timeline(
             return
         bars.setdefault(row, []).append((a, max(b - a, 1e-3), what))
 
-    for name, _stage, track, t0, t1 in rec["spans"]:
+    for name, _stage, track, t0, t1 in recording.spans:
         add(thread_rows.get(track, 0), t0, t1, "inference" if name == "inference" else "span")
-    for _name, _stages, t0, t1 in merged_waits(rec["waits"]):
+    for _name, _stages, t0, t1 in merged_waits(recording.waits):
         add(thread_rows.get(0, 0), t0, t1, "wait")
-    for stage, op, t0, t1 in rec["stage_spans"]:
+    for stage, op, t0, t1 in recording.stage_spans:
         add(stage_rows[stage], t0, t1, "in flight" if op == "step" else op)
-    for worker, command, t_sent, t_start, t_end, t_recv, _kind in rec["commands"]:
+    for worker, command, t_sent, t_start, t_end, t_recv, _kind in recording.commands:
         if worker not in worker_rows:
             continue
         add(worker_rows[worker], t_sent, t_recv, "in flight")
@@ -108,7 +105,7 @@ def draw_timeline(
                 edgecolors="white",  # adjacent calls in flight stay apart
                 linewidth=0.4 if what == "in flight" else 0,
             )
-    for name, worker, t, _args in rec["instants"]:
+    for name, worker, t, _args in recording.instants:
         x = to_ms(t)
         if worker in worker_rows and lo * 1e3 <= x <= hi * 1e3:
             ax.plot([x, x], [worker_rows[worker] - 0.5, worker_rows[worker] + 0.5], color="black")
@@ -139,7 +136,7 @@ def draw_timeline(
         frameon=False,
     )
     try:
-        reason = profiler.summary()["bottleneck_reason"]
+        reason = summarize(recording)["bottleneck_reason"]
         ax.set_title("\n".join(textwrap.wrap(reason, 150)), fontsize=8, loc="left")
     except Exception:  # a picture without a title is still a picture
         pass
@@ -149,7 +146,7 @@ def draw_timeline(
     return path
 
 
-def _default_window(commands: list[tuple], origin: int, last: int) -> float:
+def _default_window(commands: Sequence[tuple], origin: int, last: int) -> float:
     """Seconds covering the last ``_WINDOW_COMMANDS`` commands of the busiest worker."""
     by_worker: dict[int, list[int]] = {}
     for r in commands:
