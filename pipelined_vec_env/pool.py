@@ -13,10 +13,11 @@ policy (`WorkerPool.rebuild`: a fresh process and a reset of all its envs, retri
 truncated step) is the stepping mode's business, not the pool's.
 
 The wire of one worker is its handle, through the small `transport.WorkerTransport`
-interface (`worker_handle.WorkerHandle`: a pickled pipe, or `ray_backend.RayWorkerHandle`:
-actor calls), and the waits on several workers are the backend's
-(`transport.WorkerBackend`: `worker_handle.ProcessBackend` or `ray_backend.RayBackend`),
-picked once in `WorkerPool.spawn`; the fast-path issue replaces the pipe behind them.
+interface (`worker_handle.WorkerHandle`: a pipe, with steps through a shared-memory slot
+on the fast path, see docs/wire_format.md; or `ray_backend.RayWorkerHandle`: actor
+calls), and the waits on several workers are the backend's (`transport.WorkerBackend`:
+`worker_handle.ProcessBackend` or `ray_backend.RayBackend`), picked once in
+`WorkerPool.spawn`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import cloudpickle
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
+from .slots import can_spin
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
 from .worker_handle import ProcessBackend, WorkerHandle
@@ -186,10 +188,15 @@ class WorkerPool:
         daemon: bool,
         autoreset_mode: Any,
         ray_options: Any,
+        fast_path: bool = True,
     ) -> None:
         """Start one worker per env range of ``layout`` (``(stage, [(lo, hi), ...])``), in
         parallel; `start` then waits for them. Started workers are in `handles` at once,
         so `close` stops them if a later one fails to start.
+
+        Subprocess workers step through shared-memory slots with ``fast_path``
+        (`worker_handle.WorkerHandle`); their waits spin only when every worker and the
+        caller can have a core of their own (`slots.can_spin`).
 
         Raises:
             ValueError: Bad ``cpu_affinity`` or Ray resources (before any worker starts).
@@ -208,6 +215,7 @@ class WorkerPool:
             )
             self.context = ctx
             _preload_worker_module(ctx)
+            spin = num_workers + 1 if fast_path and can_spin(num_workers + 1) else 0
 
             def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
                 return WorkerHandle(
@@ -220,6 +228,8 @@ class WorkerPool:
                     cpu_cores=cores[index],
                     worker_threads=worker_threads,
                     daemon=daemon,
+                    fast_path=fast_path,
+                    spin=spin,
                 )
 
         for s, ranges in layout:

@@ -5,7 +5,7 @@ Ray actor (`pipelined_vec_env.ray_backend`) and the
 caller's side ([`pipelined_vec_env.pool`][pipelined_vec_env.pool], the stages and decoupled
 stepping). A command travels as ``(Command, payload)``, or ``(Command, payload, True)``
 when the caller profiles and wants the worker's start and finish times back. Every command
-but `Command.ATTACH` and `Command.SET_AUTORESET` gets exactly one answer:
+but `Command.ATTACH`, `Command.SET_AUTORESET` and `Command.ATTACH_SLOT` gets exactly one answer:
 
 | answer | when | carries |
 |---|---|---|
@@ -56,6 +56,7 @@ class Command(StrEnum):
     | `CALL` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
     | `SET_ATTR` | `(name, values, local_indices)` | `None` |
     | `SET_AUTORESET` | local indices (their next step resets) | no answer |
+    | `ATTACH_SLOT` | `(slots.StepSlot, spin)`: the step fast path's slot (spin: see `WorkerHandle.spin`) | no answer |
     | `CLOSE` | `None` | `None`, then the worker exits |
 
     `START` is never sent: it names a worker's start-up in the pool's queue of commands
@@ -69,11 +70,12 @@ class Command(StrEnum):
     CALL = "call"
     SET_ATTR = "set_attr"
     SET_AUTORESET = "set_autoreset"
+    ATTACH_SLOT = "attach_slot"
     CLOSE = "close"
 
 
 #: Commands a worker does not answer.
-NO_ANSWER = frozenset({Command.ATTACH, Command.SET_AUTORESET})
+NO_ANSWER = frozenset({Command.ATTACH, Command.SET_AUTORESET, Command.ATTACH_SLOT})
 
 
 class Ok:

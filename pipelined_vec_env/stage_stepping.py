@@ -26,6 +26,7 @@ from .infos import add_env_info
 from .observations import ObservationStore
 from .pool import WorkerPool
 from .protocol import Answer, Command, Ok
+from .slots import ColumnInfos
 from .stages import Stage, StageState, check_startable
 from .transport import WorkerTransport
 
@@ -205,6 +206,9 @@ class StageStepping:
                 hi = lo + len(worker.env_indices)
                 real[lo:hi] = True
                 rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
+                if items is None and isinstance(env_infos, ColumnInfos) and isinstance(infos, dict):
+                    infos = env_infos.merge_into(infos, lo, n)  # the fast path's info columns
+                    continue
                 for k, g in enumerate(worker.env_indices):
                     if items is not None:
                         self.observations.keep(g, items[k])

@@ -7,12 +7,11 @@ all). Two backends today:
 
 | backend | one worker | many workers |
 |---|---|---|
-| multiprocessing | `worker_handle.WorkerHandle`: a subprocess and a pickled duplex pipe | `worker_handle.ProcessBackend`: one ``select.poll`` on the pipes and process sentinels |
+| multiprocessing | `worker_handle.WorkerHandle`: a subprocess and a duplex pipe; steps through a shared-memory `slots.StepSlot` on the fast path (the pipe carries a one-byte wake-up, see docs/wire_format.md) | `worker_handle.ProcessBackend`: one ``select.poll`` on the pipes and process sentinels, after a bounded spin on the slots where a core is free |
 | Ray | `ray_backend.RayWorkerHandle`: a Ray actor, one actor call per command | `ray_backend.RayBackend`: ``ray.wait`` on the oldest outstanding ``ObjectRef`` of each |
 
 The pool picks the backend once, when it starts the workers, and calls only these two
-interfaces: nothing outside a backend reads a handle's process, pipe or actor. The
-fast-path issue replaces the pipe with shared-memory slots behind this same interface.
+interfaces: nothing outside a backend reads a handle's process, pipe or actor.
 """
 
 from __future__ import annotations

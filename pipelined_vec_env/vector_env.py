@@ -122,6 +122,11 @@ class PipelinedVectorEnv(VectorEnv):
             `"final_obs"`, `"final_info"` and its reset info's keys). The SB3 adapter
             uses `"per_env"`. Decoupled `recv` always batches. A public attribute; it may
             be changed between calls.
+        fast_path: Step subprocess workers through shared-memory slots (actions in,
+            rewards, flags and scalar infos out, a one-byte wake-up through the pipe)
+            where the action space has a fixed array layout and the actions are a numpy
+            array of its dtype; False pickles every step (the results are the same). See
+            ``docs/wire_format.md``.
 
     Attributes:
         decoupled: The bookkeeping of decoupled stepping (`async_reset`/`recv`/`send`), a
@@ -160,6 +165,7 @@ class PipelinedVectorEnv(VectorEnv):
         start_timeout: float = 300.0,
         profile: bool = False,
         info_layout: str = "batched",
+        fast_path: bool = True,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self.profiler = Profiler(enabled=bool(profile))
@@ -255,6 +261,7 @@ class PipelinedVectorEnv(VectorEnv):
                 daemon=daemon,
                 autoreset_mode=self.autoreset_mode,
                 ray_options=ray_options,
+                fast_path=bool(fast_path),
             )
             self.context = self._pool.context
             self._setup_spaces(self._pool.start())

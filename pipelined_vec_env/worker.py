@@ -44,6 +44,19 @@ from gymnasium.vector.utils import (
 
 from .main_module import install_lazy_main, load_main
 from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
+from .slots import (
+    DONE_COLUMNS,
+    DONE_EMPTY,
+    FAST_INFOS,
+    SPIN_SECONDS,
+    WAKE_STEP_TIMED,
+    InfoLayout,
+    StepSlot,
+    machine_quiet,
+    recv_frame,
+    send_short,
+    spin_until,
+)
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -287,6 +300,17 @@ class _WorkerEnvs:
     def step(
         self, payload: tuple[list[int] | None, Any]
     ) -> tuple[Any, list[float], list[bool], list[bool], list[list[dict]]]:
+        """Step the envs of ``payload`` (``(local_indices or None, batched actions)``);
+        return ``(obs_items, rewards, terminations, truncations, infos)`` with lists (they
+        pickle several times faster than small numpy arrays)."""
+        items, rewards, terminations, truncations, infos = self.step_arrays(payload)
+        return items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos
+
+    def step_arrays(
+        self, payload: tuple[list[int] | None, Any]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
+        """As `step`, with rewards float64 and terminations/truncations bool arrays (what
+        the fast path writes into its slot)."""
         local_indices, actions = payload
         targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
@@ -322,14 +346,7 @@ class _WorkerEnvs:
         # (the caller's partial results show the failed envs' last observations)
         for local, obs in done:
             self._emit(local, obs, items)
-        # lists pickle several times faster than small numpy arrays
-        return (
-            (items if self.buffers is None else None),
-            rewards.tolist(),
-            terminations.tolist(),
-            truncations.tolist(),
-            infos,
-        )
+        return (items if self.buffers is None else None), rewards, terminations, truncations, infos
 
     def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
         results = []
@@ -473,11 +490,123 @@ def serve_command(envs: _WorkerEnvs, command: Command, payload: Any) -> Answer |
         return Raised.from_exception(exc)
 
 
+class _FastPath:
+    """The worker's side of the step fast path (`slots`): its slot, the messages received
+    since the slot came, and whether and how long to spin for the next one."""
+
+    def __init__(self) -> None:
+        self.slot: StepSlot | None = None
+        self.spin = 0
+        self.received = 0
+        self.answered_at = 0.0
+        self.gap = 0.0  # running mean of the time from an answer to the next message
+
+    def attach(self, slot: StepSlot, spin: int) -> None:
+        if self.slot is not None:
+            self.slot.release()
+        self.slot, self.spin, self.received = slot, spin, 0
+
+    def wait_for_message(self) -> None:
+        """Spin for the caller's next message while the caller has been quick to send it
+        (it is read from the pipe next either way)."""
+        slot = self.slot
+        if slot is None or not self.spin or self.gap > SPIN_SECONDS:
+            return
+        if not machine_quiet(self.spin):
+            return
+        received = self.received
+        spin_until(lambda: slot.messages_sent() > received, SPIN_SECONDS)
+
+    def received_one(self) -> None:
+        if self.slot is None:
+            return
+        self.received += 1
+        if self.answered_at:
+            gap = time.perf_counter() - self.answered_at
+            self.gap += 0.25 * (min(gap, 1.0) - self.gap)
+
+    def answer(self, conn: Connection, data: bytes) -> None:
+        """Count one answer in the slot, then write it to the pipe."""
+        if self.slot is not None:
+            self.slot.note_answered()
+            self.answered_at = time.perf_counter()
+        if len(data) == 1:
+            send_short(conn.fileno(), data)
+        else:
+            conn.send_bytes(data)
+
+    def release(self) -> None:
+        if self.slot is not None:
+            self.slot.release()
+            self.slot = None
+
+
+def _pickled(message: Any) -> bytes:
+    """``message`` pickled as `send_answer` does: plain pickle, else cloudpickle; one
+    that neither can pickle becomes its `Raised`."""
+    try:
+        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        pass
+    try:
+        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        return pickle.dumps(to_wire(Raised.from_exception(exc)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool) -> None:
+    """Serve one fast step: actions from the slot, results into it, a short answer."""
+    slot = fast.slot
+    assert slot is not None, "a fast step before the slot"
+    started = time.monotonic_ns() if timed else 0
+    try:
+        items, rewards, terminations, truncations, infos = envs.step_arrays(slot.read_request())
+    except Exception as exc:
+        fast.answer(conn, _pickled(to_wire(Raised.from_exception(exc))))
+        return
+    if timed:
+        slot.write_times(started, time.monotonic_ns())
+    if items is not None:  # observations travel through the pipe: the pickled answer
+        payload = (items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos)
+        times = (started, time.monotonic_ns()) if timed else None
+        fast.answer(conn, _pickled(to_wire(Ok(payload, times))))
+        return
+    slot.write_results(rewards, terminations, truncations)
+    if all(len(env_infos) == 1 and not env_infos[0] for env_infos in infos):
+        fast.answer(conn, DONE_EMPTY)
+    elif slot.write_columns(infos):
+        fast.answer(conn, DONE_COLUMNS)
+    else:
+        layout = InfoLayout.learn(infos)
+        if layout is not None and layout != slot.layout:
+            slot.layout = layout  # the caller takes it from this answer
+        else:
+            layout = None
+        fast.answer(conn, _pickled((FAST_INFOS, infos, layout)))
+
+
 def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    fast = _FastPath()
+    try:
+        _serve_loop(envs, conn, fast)
+    finally:
+        fast.release()
+
+
+def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
     while True:
-        message = pickle.loads(conn.recv_bytes())  # EOFError: the caller is gone
+        fast.wait_for_message()
+        data = recv_frame(conn.fileno())  # EOFError: the caller is gone
+        fast.received_one()
+        if len(data) == 1:  # a fast step: its request is in the slot
+            _fast_step(envs, fast, conn, timed=data == WAKE_STEP_TIMED)
+            continue
+        message = pickle.loads(data)
         command, payload = message[0], message[1]
+        if command == Command.ATTACH_SLOT:
+            fast.attach(*payload)
+            continue
         timed = len(message) > 2  # profiling: start and finish times ride on the answer
         started = time.monotonic_ns() if timed else 0
         answer = serve_command(envs, command, payload)
@@ -485,10 +614,7 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
             continue
         if timed and isinstance(answer, Ok):
             answer.times = (started, time.monotonic_ns())
-        try:
-            send_answer(conn, to_wire(answer))
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            # the result could not be pickled; nothing was written to the pipe yet
-            send(conn, to_wire(Raised.from_exception(exc)))
+        # a result that cannot be pickled becomes its Raised (nothing was written yet)
+        fast.answer(conn, _pickled(to_wire(answer)))
         if command == Command.CLOSE and answer.ok:
             return

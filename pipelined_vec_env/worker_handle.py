@@ -14,19 +14,32 @@ import logging
 import os
 import pickle
 import sys
+import time
 import types
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import slots
 from .main_module import main_reference
-from .protocol import Answer, Command, Crashed, from_wire
+from .protocol import Answer, Command, Crashed, Ok, Ready, from_wire
+from .slots import (
+    FAST_INFOS,
+    SPIN_SECONDS,
+    WAKE_STEP,
+    WAKE_STEP_TIMED,
+    StepSlot,
+    recv_frame,
+    send_short,
+    spin_until,
+)
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import send, worker_main
 
 if TYPE_CHECKING:
     from .profiling import Profiler
 
-__all__ = ["ProcessBackend", "WorkerHandle"]
+__all__ = ["ProcessBackend", "WireStats", "WorkerHandle"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +64,53 @@ def _main_module_hidden() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
+# what a received answer is to: a pickled command, or a fast step of that many envs
+_PICKLED = -1
+
+
+class WireStats:
+    """Counts of one worker's messages by path (for tests, benchmarks and debugging).
+
+    Attributes:
+        fast_steps: Steps sent through the slot (actions in shared memory, a one-byte wake).
+        pickled_steps: Steps sent pickled (the fast path was off, the actions did not fit
+            the slot, or another command of the worker was in flight).
+        fast_answers: Step answers with their results in the slot and no infos pickled.
+        info_answers: Step answers with results in the slot and infos pickled beside.
+        spins: Waits for an answer that spun on the slot.
+        spin_hits: Of those, the ones that saw the answer coming without sleeping.
+    """
+
+    __slots__ = (
+        "fast_answers",
+        "fast_steps",
+        "info_answers",
+        "pickled_steps",
+        "spin_hits",
+        "spins",
+    )
+
+    def __init__(self) -> None:
+        self.fast_steps = self.pickled_steps = self.fast_answers = self.info_answers = 0
+        self.spins = self.spin_hits = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts by name."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self) -> str:
+        return f"WireStats({self.as_dict()})"
+
+
 class WorkerHandle:
     """One worker process and its pipe.
+
+    With ``fast_path`` (and an action space of a fixed array layout: Box, Discrete,
+    MultiDiscrete, MultiBinary) the handle gives its worker a `slots.StepSlot` once the
+    worker is up: a ``step`` whose actions are a numpy array of the space's dtype and
+    shape, sent while nothing else is in flight on the worker, travels through it (see
+    docs/wire_format.md). With ``spin`` the wait for a quick answer spins on the slot
+    before sleeping in ``poll``.
 
     Attributes:
         index: Worker index (global, across stages).
@@ -65,6 +123,13 @@ class WorkerHandle:
             answer: `Ok`, `Ready`, `Raised`, `Crashed` or `TimedOut`).
         profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
             every send, answer, restart, deadline kill and death.
+        fast_path: Whether steps may use the slot.
+        spin: 0: never spin; else the number of processes of the vector env (its workers
+            and the caller), set where each can have a core (`slots.can_spin`): waits on
+            both sides then spin on the slot while the machine's load leaves those
+            processes their cores (`slots.machine_quiet`).
+        slot: The current process's slot (None: none yet, or no fixed action layout).
+        wire: `WireStats` of the worker (all its processes).
     """
 
     profiler: Profiler | None = None
@@ -80,11 +145,17 @@ class WorkerHandle:
         cpu_cores: tuple[int, ...] | None,
         worker_threads: int | None,
         daemon: bool = True,
+        fast_path: bool = True,
+        spin: int = 0,
     ) -> None:
         self.index = index
         self.stage = stage
         self.env_indices = env_indices
         self.restarts = 0
+        self.fast_path = fast_path
+        self.spin = spin
+        self.slot: StepSlot | None = None
+        self.wire = WireStats()
         self._ctx = ctx
         self._args = (pickled_env_fns, autoreset_mode, cpu_cores, worker_threads)
         self._daemon = daemon
@@ -95,6 +166,11 @@ class WorkerHandle:
         self.answer: Answer | None = None
         self.dead = False
         self.deadline_exceeded = False
+        self.release_slot()
+        # per expected answer: (_PICKLED or the envs of a fast step, timed, sent at)
+        self._awaited: deque[tuple[int, bool, float]] = deque()
+        self._received = 0  # answers read since the slot came
+        self._latency = 0.0  # running mean of send-to-answer times
         pickled_env_fns, autoreset_mode, cpu_cores, worker_threads = self._args
         forked = self._ctx.get_start_method() == "fork"
         self.conn, child_conn = self._ctx.Pipe(duplex=True)
@@ -121,6 +197,30 @@ class WorkerHandle:
                 self.process.start()
         child_conn.close()
         self.expected = 1  # the start-up "ready" message
+        self._awaited.append((_PICKLED, False, time.perf_counter()))
+
+    def _attach_slot(self, description: dict[str, Any]) -> None:
+        """Give the freshly started worker its slot (when its actions have a fixed
+        layout); sent right after its `Ready` was read, before anything else."""
+        spaces_ = description.get("action_spaces") or []
+        if not self.fast_path or not spaces_ or any(a != spaces_[0] for a in spaces_):
+            return
+        try:
+            slot = StepSlot(spaces_[0], len(self.env_indices))
+        except TypeError:
+            return  # no fixed action layout: every step goes pickled
+        try:
+            send(self.conn, (Command.ATTACH_SLOT, (slot, self.spin)))
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            slot.release()
+            return  # its death is read by the next wait
+        self.slot, self._received = slot, 0
+
+    def release_slot(self) -> None:
+        """Unmap and remove the slot (the process is gone or going)."""
+        slot, self.slot = getattr(self, "slot", None), None
+        if slot is not None:
+            slot.release()
 
     @property
     def pending(self) -> bool:
@@ -160,17 +260,61 @@ class WorkerHandle:
         if not self.dead:
             if self.profiler is not None:  # before the send: the worker may start at once
                 self.profiler.command_sent(self.index, command)
+            timed = self.profiler is not None  # ask for the worker's times
+            kind = _PICKLED
             try:
-                timed = self.profiler is not None  # ask for the worker's times
-                send(self.conn, (command, payload, True) if timed else (command, payload))
+                slot = self.slot
+                if slot is not None:
+                    if command == Command.STEP and self.expected == 0:
+                        kind = self._write_fast_step(slot, payload)
+                    slot.note_sent()  # before the write: the worker may be spinning
+                if kind != _PICKLED:
+                    send_short(self.conn.fileno(), WAKE_STEP_TIMED if timed else WAKE_STEP)
+                else:
+                    send(self.conn, (command, payload, True) if timed else (command, payload))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
+            if command == Command.STEP:
+                if kind == _PICKLED:
+                    self.wire.pickled_steps += 1
+                else:
+                    self.wire.fast_steps += 1
         if self.dead:
             if expect_answer and self.answer is None:
                 self.answer = Crashed(self.process.exitcode)
             self.expected = 0
+            self._awaited.clear()
             return
-        self.expected += int(expect_answer)
+        if expect_answer:
+            self.expected += 1
+            self._awaited.append((kind, timed, time.perf_counter()))
+
+    @staticmethod
+    def _write_fast_step(slot: StepSlot, payload: Any) -> int:
+        """Write a step's request into ``slot`` if its actions fit; return the envs it
+        steps, or _PICKLED (nothing written) when it must go pickled."""
+        local_indices, actions = payload
+        count = slot.n if local_indices is None else len(local_indices)
+        if not slot.accepts(actions, count):
+            return _PICKLED
+        slot.write_request(local_indices, actions)
+        return count
+
+    def may_spin(self) -> bool:
+        """Whether a wait for this worker's next answer may spin on the slot: spinning is
+        on, its recent answers came within the spin's budget, and nothing else keeps
+        the machine busy (`slots.machine_quiet`)."""
+        return (
+            bool(self.spin)
+            and self.slot is not None
+            and self._latency < SPIN_SECONDS
+            and slots.machine_quiet(self.spin)  # (looked up here: tests replace it)
+        )
+
+    def answer_waiting(self) -> bool:
+        """Whether the worker has sent (or is sending) an answer not read yet."""
+        slot = self.slot
+        return slot is not None and slot.answers_sent() > self._received
 
     @property
     def exitcode(self) -> int | None:
@@ -194,9 +338,35 @@ class WorkerHandle:
         The worker's start and finish times that ride on an `Ok` answer go to the
         profiler (when on).
         """
-        answer = from_wire(pickle.loads(self.conn.recv_bytes()))
+        data = recv_frame(self.conn.fileno())
+        kind, timed, sent_at = self._awaited.popleft() if self._awaited else (_PICKLED, False, 0.0)
+        slot = self.slot
+        if slot is not None:
+            self._received += 1
+            if sent_at:
+                latency = min(time.perf_counter() - sent_at, 1.0)
+                self._latency += 0.25 * (latency - self._latency)
+        if len(data) == 1 or kind != _PICKLED:
+            message: Any = data if len(data) == 1 else pickle.loads(data)
+            if isinstance(message, bytes) or message[0] == FAST_INFOS:
+                assert slot is not None and kind != _PICKLED, "a fast answer to no fast step"
+                if isinstance(message, tuple):
+                    self.wire.info_answers += 1
+                    if message[2] is not None:  # the worker learnt a new info layout
+                        slot.layout = message[2]
+                else:
+                    self.wire.fast_answers += 1
+                answer: Answer = Ok(
+                    slot.read_results(kind, message), slot.times() if timed else None
+                )
+            else:
+                answer = from_wire(message)
+        else:
+            answer = from_wire(pickle.loads(data))
         if self.profiler is not None:
             self.profiler.answer_received(self.index, answer.kind, getattr(answer, "times", None))
+        if isinstance(answer, Ready):
+            self._attach_slot(answer.description)
         return answer
 
     def _mark_dead(self) -> None:
@@ -217,9 +387,14 @@ class WorkerHandle:
             self.answer = self.recv_answer()
             self.expected -= 1
         except (EOFError, ConnectionResetError, OSError):
-            self._mark_dead()
-            self.answer = Crashed(self.process.exitcode)
-            self.expected = 0
+            self.found_dead()
+
+    def found_dead(self) -> None:
+        """The process is gone: its answer is a crash and nothing more is expected."""
+        self._mark_dead()
+        self.answer = Crashed(self.process.exitcode)
+        self.expected = 0
+        self._awaited.clear()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the process: ask politely, then terminate, then kill. Always returns."""
@@ -236,6 +411,7 @@ class WorkerHandle:
             self.process.kill()
             self.process.join(1.0)
         self.conn.close()
+        self.release_slot()
         try:
             self.process.close()
         except ValueError:
@@ -267,13 +443,31 @@ class ProcessBackend:
         Returns:
             Whether ``wake_fd`` was readable.
         """
-        by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
-        for h in handles:
-            if h.pending and h.answer is None:
-                by_fd[h.conn.fileno()] = (h, True)
-                by_fd[h.process.sentinel] = (h, False)
-        if not by_fd and wake_fd is None:
+        waiting = [h for h in handles if h.pending and h.answer is None]
+        if not waiting and wake_fd is None:
             return False
+        if waiting and wake_fd is None and timeout != 0 and all(h.may_spin() for h in waiting):
+            # a bounded spin on the slots (docs/wire_format.md, "What spins when")
+            started = time.perf_counter()
+            budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
+            for h in waiting:
+                h.wire.spins += 1
+            if spin_until(
+                lambda: any(h.answer_waiting() for h in waiting),
+                budget,
+                alive=lambda: all(h.process.is_alive() for h in waiting),
+            ):
+                for h in waiting:
+                    if h.answer_waiting():  # written, or about to be: this read is short
+                        h.wire.spin_hits += 1
+                        h._receive()
+                return False
+            if timeout is not None:
+                timeout = max(0.0, timeout - (time.perf_counter() - started))
+        by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
+        for h in waiting:
+            by_fd[h.conn.fileno()] = (h, True)
+            by_fd[h.process.sentinel] = (h, False)
         watched = list(by_fd) if wake_fd is None else [*by_fd, wake_fd]
         ready_fds = poll_fds(watched, timeout)
         for fd in ready_fds:
@@ -285,9 +479,7 @@ class ProcessBackend:
             if is_conn or h.conn.poll(0):
                 h._receive()
             else:  # sentinel ready and nothing to read: the process is gone
-                h._mark_dead()
-                h.answer = Crashed(h.process.exitcode)
-                h.expected = 0
+                h.found_dead()
         return wake_fd is not None and wake_fd in ready_fds
 
     @staticmethod
@@ -339,6 +531,7 @@ class ProcessBackend:
             with contextlib.suppress(OSError, ValueError):
                 h.process.join(0 if not _is_alive(h) else 0.1)
             h.conn.close()
+            h.release_slot()
             try:
                 h.process.close()
             except ValueError:

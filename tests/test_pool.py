@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_commands_compare_as_their_names_and_answers_pickle():
     assert Command.STEP == "step" and Command("reset") is Command.RESET
-    assert NO_ANSWER == {"attach", "set_autoreset"}
+    assert NO_ANSWER == {"attach", "set_autoreset", "attach_slot"}
     ok = pickle.loads(pickle.dumps(Ok({"a": 1}, (1, 2))))
     assert isinstance(ok, Ok) and ok.ok and ok.payload == {"a": 1} and ok.times == (1, 2)
     ready = pickle.loads(pickle.dumps(Ready({"metadata": {}})))

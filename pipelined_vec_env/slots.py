@@ -1,0 +1,532 @@
+"""The step fast path's shared-memory slot: one per subprocess worker.
+
+A `StepSlot` is one named shared-memory segment (a
+[`SharedArray`][pipelined_vec_env.shared_memory.SharedArray]) that holds, for the
+worker's ``n`` envs:
+
+| field | dtype, shape | written by |
+|---|---|---|
+| header | ``int64[8]``: messages sent, answers sent, envs in the request, worker times | both |
+| env indices | ``int64[n]``: the local envs of a partial step | caller |
+| actions | the action space's dtype, ``(n, *shape)`` | caller |
+| rewards | ``float64[n]`` | worker |
+| terminations, truncations | ``bool[n]`` each | worker |
+| info cells | ``int64[MAX_INFO_COLUMNS, n]``: one scalar info key per row | worker |
+
+A fast ``step`` writes the actions into the slot and sends one short message
+(`WAKE_STEP`) through the worker's pipe; the worker steps, writes the results into the
+slot and answers with one short message (`DONE_EMPTY`: every info empty, or `DONE_COLUMNS`:
+the infos are in the info cells under the worker's current `InfoLayout`), or, when the
+infos do not fit the layout, a pickled ``(FAST_INFOS, infos, layout)`` message. The
+pipe stays the wake-up and the end-of-process signal, so the caller's wait on pipe and
+process sentinel notices a dead worker as before. See docs/wire_format.md.
+
+The header's two counters let either side spin on the slot instead of sleeping in the
+kernel: the caller bumps ``sent`` before every message it writes to the pipe, the worker
+bumps ``answered`` before every answer. A spinner that sees the counter move still reads
+the message from the pipe (it was written, or is about to be), so no wake-up is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import struct
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .infos import merge_info
+from .shared_memory import SharedArray
+
+__all__ = [
+    "DONE_COLUMNS",
+    "DONE_EMPTY",
+    "FAST_INFOS",
+    "MAX_INFO_COLUMNS",
+    "SPIN_SECONDS",
+    "WAKE_STEP",
+    "WAKE_STEP_TIMED",
+    "ColumnInfos",
+    "InfoLayout",
+    "StepSlot",
+    "can_spin",
+    "machine_quiet",
+    "recv_frame",
+    "send_short",
+    "spin_until",
+]
+
+#: Caller -> worker: step the envs the slot's request names (one byte through the pipe).
+WAKE_STEP = b"\x01"
+#: As `WAKE_STEP`, and write the worker's start and finish times into the header.
+WAKE_STEP_TIMED = b"\x02"
+#: Worker -> caller: results are in the slot, every env's info is empty.
+DONE_EMPTY = b"\x00"
+#: Worker -> caller: results are in the slot, infos are in the info cells.
+DONE_COLUMNS = b"\x01"
+#: Tag of a pickled fast answer ``(FAST_INFOS, infos, layout or None)`` (results in the slot).
+FAST_INFOS = 100
+#: Most scalar info keys the info cells hold.
+MAX_INFO_COLUMNS = 16
+#: Longest spin (seconds) before sleeping in the kernel; each side spins only while its
+#: recent waits were shorter than this.
+SPIN_SECONDS = 50e-6
+
+_SHORT_FRAMES = {
+    byte: struct.pack("!i", 1) + byte for byte in (WAKE_STEP, WAKE_STEP_TIMED, DONE_EMPTY)
+}
+_SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED = 0, 1, 2, 3, 4
+_HEADER = 8
+
+# exact scalar types an info column may hold, and how a cell stores them
+_CELL_TYPES: dict[type, str] = {
+    float: "f",
+    np.float64: "f",
+    np.float32: "f",
+    np.float16: "f",
+    int: "i",
+    np.int64: "i",
+    np.int32: "i",
+    np.int16: "i",
+    np.int8: "i",
+    np.uint32: "i",
+    np.uint16: "i",
+    np.uint8: "i",
+    bool: "i",
+}
+# (np.bool_ is not among them: it is no np.number, so gymnasium batches it in an object
+# array filled with None, which the columns do not rebuild)
+
+
+def send_short(fd: int, message: bytes) -> None:
+    """Write the one-byte ``message`` to the pipe ``fd`` as one ``Connection`` frame (a
+    4-byte big-endian length, then the byte), in one ``write`` (atomic: under
+    ``PIPE_BUF``). The same bytes as ``Connection.send_bytes``, without its Python layers.
+
+    Raises:
+        OSError (BrokenPipeError ...): The other end is gone.
+    """
+    os.write(fd, _SHORT_FRAMES[message])
+
+
+def recv_frame(fd: int) -> bytes:
+    """Read one ``Connection`` frame from the pipe ``fd`` and return its bytes (blocks).
+
+    One ``read`` for a one-byte frame (the fast path's wake-ups and answers), two for
+    longer ones: it reads the 4-byte length and up to one byte of the body at once, which
+    never reads past the frame because no frame of this protocol is empty. Frames stay
+    `Connection.recv_bytes`-compatible (both may read the same pipe).
+
+    Raises:
+        EOFError: The other end closed the pipe.
+    """
+    data = os.read(fd, 5)
+    while 0 < len(data) < 4:
+        more = os.read(fd, 4 - len(data))
+        if not more:
+            break
+        data += more
+    if len(data) < 4:
+        raise EOFError("the pipe was closed")
+    (size,) = struct.unpack("!i", data[:4])
+    body = data[4:]
+    if size == -1:  # a frame over 2 GiB: an 8-byte length follows
+        header = body + _read_exactly(fd, 8 - len(body))
+        (size,) = struct.unpack("!Q", header)
+        body = b""
+    if size == len(body):
+        return body
+    return body + _read_exactly(fd, size - len(body))
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("the pipe was closed mid-message")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _fixed_layout(space: spaces.Space) -> bool:
+    return isinstance(
+        space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    )
+
+
+class InfoLayout:
+    """The scalar info keys a worker's envs return every step, in order, with their types.
+
+    Learned by the worker from one step whose every env returned one info dict of plain
+    scalars (`float`, `int`, `bool`, numpy scalars) with the same keys in the same order;
+    while later steps match it exactly (keys, order, types), their infos travel as
+    columns of the slot's info cells instead of being pickled.
+
+    Attributes:
+        keys: The info keys, in the envs' order.
+        types: The exact type of each key's values (rebuilt as such in the caller).
+    """
+
+    __slots__ = ("keys", "types")
+
+    def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
+        self.keys = keys
+        self.types = types
+
+    @classmethod
+    def learn(cls, infos: list[list[dict]]) -> InfoLayout | None:
+        """The layout ``infos`` (one list of info dicts per env) fits, or None."""
+        if not infos or len(infos[0]) != 1:
+            return None
+        first = infos[0][0]
+        if not first or len(first) > MAX_INFO_COLUMNS:
+            return None
+        keys = tuple(first)
+        types = tuple(type(v) for v in first.values())
+        if not all(t in _CELL_TYPES for t in types):
+            return None
+        layout = cls(keys, types)
+        return layout if layout.fits(infos) else None
+
+    def fits(self, infos: list[list[dict]]) -> bool:
+        """Whether every env returned one info dict with exactly these keys and types."""
+        keys, types = self.keys, self.types
+        for env_infos in infos:
+            if len(env_infos) != 1:
+                return False
+            info = env_infos[0]
+            if tuple(info) != keys:
+                return False
+            for value, t in zip(info.values(), types, strict=True):
+                if type(value) is not t:
+                    return False
+        return True
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return InfoLayout, (self.keys, self.types)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, InfoLayout) and self.keys == other.keys and self.types == other.types
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.keys, self.types))
+
+
+class ColumnInfos:
+    """The infos of one fast step answer: ``values[c][k]`` is env ``k``'s value of
+    ``layout.keys[c]`` (no layout: every env's info is empty).
+
+    Reads like the pickled answer's infos (``infos[k]`` is env ``k``'s list of info
+    dicts, rebuilt with the values' own types) and merges straight into gymnasium's
+    batched layout with `merge_into`.
+    """
+
+    __slots__ = ("layout", "n", "values")
+
+    def __init__(self, layout: InfoLayout | None, values: list[np.ndarray], n: int) -> None:
+        self.layout = layout
+        self.values = values
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> list[dict[str, Any]]:
+        if k < 0:
+            k += self.n
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        if self.layout is None:
+            return [{}]
+        return [
+            {
+                key: t(column[k].item())
+                for key, t, column in zip(
+                    self.layout.keys, self.layout.types, self.values, strict=True
+                )
+            }
+        ]
+
+    def __iter__(self) -> Any:
+        return (self[k] for k in range(self.n))
+
+    def merge_into(self, infos: dict[str, Any], lo: int, num_envs: int) -> dict[str, Any]:
+        """Merge these envs' infos into gymnasium's batched ``infos`` of ``num_envs``
+        envs, these envs at positions ``lo, lo + 1, ...``.
+
+        The same result as gymnasium's ``VectorEnv._add_info`` env by env (an array per
+        key of ``dtype=type(value)``, created on first sight, and a ``_key`` bool mask;
+        an existing array keeps its dtype), in one slice assignment per key.
+        """
+        if self.layout is None:
+            return infos
+        hi = lo + self.n
+        for key, t, column in zip(self.layout.keys, self.layout.types, self.values, strict=True):
+            array = infos.get(key)
+            if array is None:
+                array = np.zeros(num_envs, dtype=t)
+            elif not isinstance(array, np.ndarray) or array.ndim != 1:
+                # an earlier worker put something else under this key: gymnasium's rules
+                for k in range(self.n):
+                    infos = _add_one(infos, key, t(column[k].item()), lo + k, num_envs)
+                continue
+            array[lo:hi] = column
+            mask = infos.get(f"_{key}")
+            if mask is None:
+                mask = np.zeros(num_envs, dtype=np.bool_)
+            mask[lo:hi] = True
+            infos[key], infos[f"_{key}"] = array, mask
+        return infos
+
+
+def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:
+    return merge_info(infos, {key: value}, i, num_envs)
+
+
+def _aligned(offset: int, align: int = 8) -> int:
+    return -(-offset // align) * align
+
+
+class StepSlot:
+    """The shared-memory slot of one worker's ``n`` envs (see the module docstring).
+
+    Pickles by segment name: the worker attaches to the caller's segment.
+
+    Args:
+        action_space: The envs' single action space (Box, Discrete, MultiDiscrete or
+            MultiBinary).
+        n: The worker's number of envs.
+        array: Attach to this segment instead of creating one.
+
+    Raises:
+        TypeError: An action space without a fixed array layout.
+    """
+
+    def __init__(self, action_space: spaces.Space, n: int, array: SharedArray | None = None):
+        if not _fixed_layout(action_space):
+            raise TypeError(f"no slot layout for the action space {action_space}")
+        self.action_space = action_space
+        self.n = n
+        self.action_dtype = np.dtype(action_space.dtype)
+        shape = (n, *action_space.shape)
+        offsets = {}
+        size = 0
+        for name, nbytes in (
+            ("header", 8 * _HEADER),
+            ("indices", 8 * n),
+            ("actions", int(np.prod(shape, dtype=np.int64)) * self.action_dtype.itemsize),
+            ("rewards", 8 * n),
+            ("terminations", n),
+            ("truncations", n),
+            ("cells", 8 * MAX_INFO_COLUMNS * n),
+        ):
+            size = _aligned(size)
+            offsets[name] = size
+            size += nbytes
+        self.array = array if array is not None else SharedArray(size)
+        buf = self.array.get_obj()
+
+        def view(name: str, dtype: Any, view_shape: tuple[int, ...]) -> np.ndarray:
+            count = int(np.prod(view_shape, dtype=np.int64))
+            return np.frombuffer(buf, dtype=dtype, count=count, offset=offsets[name]).reshape(
+                view_shape
+            )
+
+        self.header = view("header", np.int64, (_HEADER,))
+        self.indices = view("indices", np.int64, (n,))
+        self.actions = view("actions", self.action_dtype, shape)
+        self.rewards = view("rewards", np.float64, (n,))
+        self.terminations = view("terminations", np.bool_, (n,))
+        self.truncations = view("truncations", np.bool_, (n,))
+        self.cells = view("cells", np.int64, (MAX_INFO_COLUMNS, n))
+        self.float_cells = self.cells.view(np.float64)
+        #: The info layout both sides use for `DONE_COLUMNS` answers (each side sets its
+        #: own copy: the worker when it learns one, the caller from the answer that names it).
+        self.layout: InfoLayout | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return StepSlot, (self.action_space, self.n, self.array)
+
+    def release(self) -> None:
+        """Drop the views and unmap the segment (removing it in the process that made it)."""
+        for name in (
+            "header",
+            "indices",
+            "actions",
+            "rewards",
+            "terminations",
+            "truncations",
+            "cells",
+            "float_cells",
+        ):
+            setattr(self, name, None)
+        self.array.release()
+
+    # ------------------------------------------------------------------ caller side
+
+    def accepts(self, actions: Any, count: int) -> bool:
+        """Whether ``actions`` (the batch for ``count`` envs) fits the slot exactly: a
+        numpy array of the slot's dtype and shape (anything else goes pickled, so the
+        env gets exactly what the caller passed)."""
+        return (
+            type(actions) is np.ndarray
+            and actions.dtype == self.action_dtype
+            and actions.shape == (count, *self.action_space.shape)
+        )
+
+    def write_request(self, local_indices: list[int] | None, actions: np.ndarray) -> None:
+        """Write a step request (``local_indices`` None: all ``n`` envs)."""
+        count = len(actions)
+        if local_indices is None:
+            self.header[_COUNT] = -1
+        else:
+            self.header[_COUNT] = count
+            self.indices[:count] = local_indices
+        self.actions[:count] = actions
+
+    def note_sent(self) -> None:
+        """Count one message written to the worker's pipe (before writing it)."""
+        self.header[_SENT] += 1
+
+    def answers_sent(self) -> int:
+        """How many answers the worker has sent (or is about to)."""
+        return int(self.header[_ANSWERED])
+
+    def read_results(self, count: int, message: bytes | tuple) -> tuple[Any, ...]:
+        """The `Ok` payload of a fast step answer for ``count`` envs (copied out of the
+        slot), given the answer's pipe message: ``(None, rewards, terminations,
+        truncations, infos)`` as the pickled path's, with float64/bool arrays."""
+        rewards = self.rewards[:count].copy()
+        terminations = self.terminations[:count].copy()
+        truncations = self.truncations[:count].copy()
+        if isinstance(message, tuple):  # (FAST_INFOS, infos, layout)
+            infos: Any = message[1]
+        elif message == DONE_COLUMNS:
+            infos = self._read_columns(count)
+        else:
+            infos = ColumnInfos(None, [], count)
+        return None, rewards, terminations, truncations, infos
+
+    def times(self) -> tuple[int, int]:
+        """The worker's start and finish times of the last timed fast step (ns)."""
+        return int(self.header[_STARTED]), int(self.header[_FINISHED])
+
+    def _read_columns(self, count: int) -> ColumnInfos:
+        layout = self.layout
+        assert layout is not None, "a column answer before any layout"
+        values = []
+        for c, t in enumerate(layout.types):
+            cells = self.float_cells if _CELL_TYPES[t] == "f" else self.cells
+            values.append(cells[c, :count].astype(np.dtype(t)))
+        return ColumnInfos(layout, values, count)
+
+    # ------------------------------------------------------------------ worker side
+
+    def read_request(self) -> tuple[list[int] | None, np.ndarray]:
+        """The request's ``(local_indices or None, actions)`` (actions copied out)."""
+        count = int(self.header[_COUNT])
+        if count < 0:
+            return None, self.actions.copy()
+        return self.indices[:count].tolist(), self.actions[:count].copy()
+
+    def messages_sent(self) -> int:
+        """How many messages the caller has written to the pipe (or is about to)."""
+        return int(self.header[_SENT])
+
+    def write_results(
+        self, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray
+    ) -> None:
+        """Write a step's rewards and flags (the first ``len(rewards)`` rows)."""
+        count = len(rewards)
+        self.rewards[:count] = rewards
+        self.terminations[:count] = terminations
+        self.truncations[:count] = truncations
+
+    def write_columns(self, infos: list[list[dict]]) -> bool:
+        """Write ``infos`` into the info cells under `layout`; False when they do not fit
+        it (nothing to trust in the cells then)."""
+        layout = self.layout
+        if layout is None or not layout.fits(infos):
+            return False
+        for c, t in enumerate(layout.types):
+            cells = self.float_cells if _CELL_TYPES[t] == "f" else self.cells
+            try:
+                cells[c, : len(infos)] = [env_infos[0][layout.keys[c]] for env_infos in infos]
+            except OverflowError:  # an int beyond int64
+                return False
+        return True
+
+    def write_times(self, started: int, finished: int) -> None:
+        """Record the worker's start and finish times of a timed step (ns)."""
+        self.header[_STARTED], self.header[_FINISHED] = started, finished
+
+    def note_answered(self) -> None:
+        """Count one answer written to the pipe (before writing it)."""
+        self.header[_ANSWERED] += 1
+
+
+def can_spin(processes: int) -> bool:
+    """Whether ``processes`` busy processes (workers plus the caller) leave a core each
+    for spinning: at most the cores this process may use, on x86-64 (whose ordering of
+    plain stores makes a counter seen by a spinner imply the data written before it)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    return processes <= _usable_cores()
+
+
+_LOAD_REFRESH_SECONDS = 1.0
+_load_seen = (-1e9, 0.0)  # (when, 1-minute load average)
+
+
+def machine_quiet(own_processes: int) -> bool:
+    """Whether the machine's load leaves a core for each of ``own_processes`` (a vector
+    env's workers and its caller): the 1-minute load average less those processes (the
+    load of other work), plus those processes, is under the usable cores plus half a
+    core. Spinning on a machine that other work keeps busy takes cores from it (and from
+    our own workers), so the spins stop there. The load is read at most once a second."""
+    global _load_seen
+    now = time.monotonic()
+    when, load = _load_seen
+    if now - when > _LOAD_REFRESH_SECONDS:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+        _load_seen = (now, load)
+    others = max(0.0, load - own_processes)
+    return others + own_processes < _usable_cores() + 0.5
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - platforms without affinity
+
+
+def spin_until(ready: Any, seconds: float, alive: Any = None, check_every: int = 64) -> bool:
+    """Spin until ``ready()`` is true, at most ``seconds``; return whether it became so.
+
+    Args:
+        ready: A cheap test (reads shared memory).
+        seconds: The spin's budget.
+        alive: Called every ``check_every`` spins; the spin stops when it returns False.
+        check_every: Spins between liveness checks.
+    """
+    end = time.perf_counter() + seconds
+    spins = 0
+    while True:
+        if ready():
+            return True
+        spins += 1
+        if spins % check_every == 0:
+            if alive is not None and not alive():
+                return False
+            if time.perf_counter() >= end:
+                return False
