@@ -20,7 +20,6 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import slots
 from .main_module import main_reference
 from .protocol import Answer, Command, Crashed, Ok, Ready, from_wire
 from .slots import (
@@ -29,6 +28,7 @@ from .slots import (
     WAKE_STEP,
     WAKE_STEP_TIMED,
     StepSlot,
+    machine_quiet,
     recv_frame,
     send_short,
     spin_until,
@@ -130,6 +130,8 @@ class WorkerHandle:
             processes their cores (`slots.machine_quiet`).
         slot: The current process's slot (None: none yet, or no fixed action layout).
         wire: `WireStats` of the worker (all its processes).
+        spin_gate: ``spin_gate(spin)`` tells whether the machine's load leaves the cores
+            free for a spin now (`slots.machine_quiet`; replaceable, e.g. by tests).
     """
 
     profiler: Profiler | None = None
@@ -156,6 +158,7 @@ class WorkerHandle:
         self.spin = spin
         self.slot: StepSlot | None = None
         self.wire = WireStats()
+        self.spin_gate = machine_quiet
         self._ctx = ctx
         self._args = (pickled_env_fns, autoreset_mode, cpu_cores, worker_threads)
         self._daemon = daemon
@@ -308,7 +311,7 @@ class WorkerHandle:
             bool(self.spin)
             and self.slot is not None
             and self._latency < SPIN_SECONDS
-            and slots.machine_quiet(self.spin)  # (looked up here: tests replace it)
+            and self.spin_gate(self.spin)
         )
 
     def answer_waiting(self) -> bool:

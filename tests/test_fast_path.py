@@ -17,7 +17,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from pipelined_vec_env import PipelinedVectorEnv, slots
+from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
 from pipelined_vec_env.errors import WorkerCrashedError
 from pipelined_vec_env.slots import ColumnInfos, InfoLayout
@@ -291,16 +291,17 @@ def test_column_infos_read_like_lists_of_info_dicts():
     assert list(merged) == ["a", "_a", "b", "_b"]
 
 
-@pytest.fixture
-def quiet_machine(monkeypatch):
-    """Spin as on a machine where nothing else runs (the test machine may be busy)."""
-    monkeypatch.setattr(slots, "machine_quiet", lambda own_processes: True)
+def spin_as_on_a_quiet_machine(worker: Any) -> None:
+    """Let the caller's waits on ``worker`` spin as where nothing else runs and a core is
+    free for it and the caller (the test machine may be busy)."""
+    worker.spin = 2
+    worker.spin_gate = lambda own_processes: True
 
 
-def test_worker_killed_mid_step_is_reported_with_spinning_on(make_pipelined, quiet_machine):
+def test_worker_killed_mid_step_is_reported_with_spinning_on(make_pipelined):
     envs = make_pipelined([FaultyEnv], envs_per_worker=1)
     worker = workers(envs)[0]
-    worker.spin = 2  # as on a machine with a core free for the worker and the caller
+    spin_as_on_a_quiet_machine(worker)
     envs.reset(seed=0)
     for _ in range(20):
         envs.step(np.array([FaultyEnv.NORMAL]))
@@ -309,9 +310,9 @@ def test_worker_killed_mid_step_is_reported_with_spinning_on(make_pipelined, qui
         envs.step(np.array([FaultyEnv.SIGKILL]))
 
 
-def test_step_deadline_kills_a_spinning_wait(make_pipelined, quiet_machine):
+def test_step_deadline_kills_a_spinning_wait(make_pipelined):
     envs = make_pipelined([partial(FaultyEnv, sleep_seconds=60)], step_deadline=1.0)
-    workers(envs)[0].spin = 2
+    spin_as_on_a_quiet_machine(workers(envs)[0])
     envs.reset(seed=0)
     for _ in range(5):
         envs.step(np.array([FaultyEnv.NORMAL]))
