@@ -385,7 +385,8 @@ class WorkerHandle:
             self._mark_dead()
         return not self.dead
 
-    def _receive(self) -> None:
+    def receive(self) -> None:
+        """Read the worker's next answer into `answer` (a dead worker's is `Crashed`)."""
         try:
             self.answer = self.recv_answer()
             self.expected -= 1
@@ -463,7 +464,7 @@ class ProcessBackend:
                 for h in waiting:
                     if h.answer_waiting():  # written, or about to be: this read is short
                         h.wire.spin_hits += 1
-                        h._receive()
+                        h.receive()
                 return False
             if timeout is not None:
                 timeout = max(0.0, timeout - (time.perf_counter() - started))
@@ -480,7 +481,7 @@ class ProcessBackend:
             if not h.pending or h.answer is not None:
                 continue
             if is_conn or h.conn.poll(0):
-                h._receive()
+                h.receive()
             else:  # sentinel ready and nothing to read: the process is gone
                 h.found_dead()
         return wake_fd is not None and wake_fd in ready_fds
