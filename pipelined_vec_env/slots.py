@@ -487,21 +487,33 @@ _load_seen = (-1e9, 0.0)  # (when, 1-minute load average)
 
 def machine_quiet(own_processes: int) -> bool:
     """Whether the machine's load leaves a core for each of ``own_processes`` (a vector
-    env's workers and its caller): the 1-minute load average less those processes (the
-    load of other work), plus those processes, is under the usable cores plus half a
-    core. Spinning on a machine that other work keeps busy takes cores from it (and from
-    our own workers), so the spins stop there. The load is read at most once a second."""
+    env's workers and its caller): the load of other work plus those processes is under
+    the usable cores plus half a core. The load is the larger of the 1-minute load average
+    and the number of tasks runnable right now (``/proc/loadavg``: the average alone lags
+    a minute behind a job that just started), less ``own_processes``. Spinning on a
+    machine that other work keeps busy takes cores from it (and from our own workers), so
+    the spins stop there. Read at most once a second."""
     global _load_seen
     now = time.monotonic()
     when, load = _load_seen
     if now - when > _LOAD_REFRESH_SECONDS:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
+        load = _current_load()
         _load_seen = (now, load)
     others = max(0.0, load - own_processes)
     return others + own_processes < _usable_cores() + 0.5
+
+
+def _current_load() -> float:
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        return max(float(fields[0]), float(fields[3].split("/")[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
 
 
 def _usable_cores() -> int:
