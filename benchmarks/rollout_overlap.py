@@ -19,12 +19,26 @@ bound is optimistic there; with the policy on a GPU it is the real ceiling.
 On a CPU-only machine the policy and the simulators share cores: unless the simulators
 yield, the policy's inference (the pipeline's critical path) is time-sliced with every
 busy worker and the pipeline loses. The env workers therefore run at nice 10 by default
-(``--worker-nice 0`` to compare).
+(``--worker-nice 0`` to compare; ``PipelinedVectorEnv(worker_nice=...)``).
+
+``--workload offcpu`` is issue 14's overlap workload instead: a CPU-bound env of 4 ms per
+step (``BusyEnv``), a policy that sleeps 2 ms per observation (off the CPU, as a GPU
+would), 4 envs, one worker per stage, 1/2/4 stages, on the machine's cores; the loop is
+`pipelined_vec_env.tune.measure_layout`'s staged round robin (``step_wait(stage=s)``,
+policy, ``step_async``). Each measurement is printed beside the ideal rate
+
+    N / max(N * B, k * Te + k * B, N * Te / min(cores, stages))
+
+(``k`` envs per stage, ``B`` policy seconds per observation, ``Te`` seconds per step),
+for each lever (``--levers``): the workers' nice value, the caller's priority, pinning the
+workers to cores. Points are interleaved over ``--repeats`` rounds, each the same number
+of env steps; the median is reported.
 
 Usage::
 
     python benchmarks/rollout_overlap.py                     # CPU, writes results JSON
     python benchmarks/rollout_overlap.py --device cuda --hidden-sizes 2048 2048 2048
+    python benchmarks/rollout_overlap.py --workload offcpu   # results/rollout_overlap_offcpu.*
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,22 +60,49 @@ import torch
 import tyro
 from gymnasium.vector import AutoresetMode
 
-from pipelined_vec_env import PipelinedVectorEnv
-from pipelined_vec_env.debug_envs import BusyEnv
-from reference_trainer.agent import ActorCritic, obs_to_tensor
-from reference_trainer.envs import NicedEnvFn
-from reference_trainer.metrics import ideal_pipelined_fraction
-from reference_trainer.rollout import RolloutCollector
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import cpu_model  # noqa: E402
+
+from pipelined_vec_env import PipelinedVectorEnv  # noqa: E402
+from pipelined_vec_env.debug_envs import BusyEnv  # noqa: E402
+from pipelined_vec_env.tune import measure_layout  # noqa: E402
+from reference_trainer.agent import ActorCritic, obs_to_tensor  # noqa: E402
+from reference_trainer.metrics import ideal_pipelined_fraction  # noqa: E402
+from reference_trainer.rollout import RolloutCollector  # noqa: E402
 
 
 @dataclass
 class Args:
     """Rollout overlap benchmark."""
 
-    num_envs: int = 8
-    """Envs (one per worker)."""
-    step_ms: float = 10.0
-    """CPU time per env step in milliseconds (LIBERO state-only: ~10 ms)."""
+    workload: Literal["trainer", "offcpu"] = "trainer"
+    """``trainer``: the trainer's collector and ActorCritic on a 10 ms env; ``offcpu``:
+    issue 14's workload (4 ms CPU-bound env, policy sleeping 2 ms per observation, 4 envs)
+    with the ideal bound beside each measurement, per lever."""
+    num_envs: int | None = None
+    """Envs (one per worker); default 8 (trainer) or 4 (offcpu)."""
+    step_ms: float | None = None
+    """CPU time per env step in milliseconds; default 10 (trainer, LIBERO state-only) or 4
+    (offcpu)."""
+    policy_ms_per_obs: float = 2.0
+    """offcpu: the policy's sleep per observation, in milliseconds."""
+    levers: tuple[str, ...] = (
+        "inherit",
+        "nice10",
+        "nice19",
+        "caller-10",
+        "nice19+caller-10",
+        "nice19+pin",
+        "nice19+fifo",
+        "idle",
+    )
+    """offcpu: configurations to compare, ``+``-joined tokens: ``inherit`` (nothing set),
+    ``nice<N>`` (``worker_nice=N``), ``caller<N>`` (the caller's nice value during the
+    measurement), ``pin`` (``cpu_affinity="auto"``), ``fifo`` (the caller in
+    ``SCHED_FIFO``, priority 1, during the measurement), ``idle`` (workers in
+    ``SCHED_IDLE``, set from the caller on their pids)."""
+    env_steps: int = 600
+    """offcpu: env steps per measurement (the same for every point)."""
     obs_dim: int = 137
     """Observation size (libero_object's padded state)."""
     stages: tuple[int, ...] = (1, 2, 4)
@@ -72,14 +114,15 @@ class Args:
     torch_threads: int = 1
     """Torch CPU threads in the trainer process."""
     worker_nice: int = 10
-    """Nice value of the env workers: 10 lets the trainer's inference preempt the
-    simulators (on a CPU-only machine they share cores); 0 leaves priorities alone."""
+    """trainer: nice value of the env workers: 10 lets the trainer's inference preempt
+    the simulators (on a CPU-only machine they share cores); 0 leaves priorities alone."""
     num_steps: int = 24
     """Decisions per env per measured rollout."""
     repeats: int = 5
     """Measured rollouts per configuration (the median is reported)."""
     output: str | None = None
-    """JSON output path (default benchmarks/results/rollout_overlap_<device>.json)."""
+    """JSON output path (default benchmarks/results/rollout_overlap_<device>.json, or
+    rollout_overlap_offcpu.json with a Markdown table beside it)."""
 
 
 def _make_env(step_seconds: float, obs_dim: int) -> BusyEnv:
@@ -87,11 +130,12 @@ def _make_env(step_seconds: float, obs_dim: int) -> BusyEnv:
 
 
 def _envs(args: Args, num_stages: int) -> PipelinedVectorEnv:
-    fn = NicedEnvFn(
-        functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim), args.worker_nice
-    )
+    fn = functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim)
     return PipelinedVectorEnv(
-        [fn] * args.num_envs, num_stages=num_stages, autoreset_mode=AutoresetMode.SAME_STEP
+        [fn] * args.num_envs,
+        num_stages=num_stages,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        worker_nice=args.worker_nice or None,
     )
 
 
@@ -167,12 +211,39 @@ class _Config:
         }
 
 
+def _machine(device: torch.device) -> dict:
+    return {
+        "cpus": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name(0)
+        if device.type == "cuda"
+        else platform.processor(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "sched_autogroup": _read("/proc/sys/kernel/sched_autogroup_enabled"),
+    }
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
 def run(args: Args) -> dict:
     """Run every configuration and return the results (also printed as a table).
 
     Configurations are measured interleaved (serial, 1, 2, 4 stages, serial, ...) so that
     a change in the machine's load during the run affects all of them alike.
     """
+    args = dataclasses.replace(
+        args, num_envs=args.num_envs or 8, step_ms=args.step_ms if args.step_ms else 10.0
+    )
     torch.set_num_threads(args.torch_threads)
     device = torch.device(args.device)
     probe = _make_env(0.0, args.obs_dim)
@@ -200,17 +271,7 @@ def run(args: Args) -> dict:
     ideal = ideal_pipelined_fraction(te, ti)
     return {
         "args": dataclasses.asdict(args),
-        "machine": {
-            "cpus": len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "device_name": torch.cuda.get_device_name(0)
-            if device.type == "cuda"
-            else platform.processor(),
-            "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        },
+        "machine": _machine(device),
         "env_round_s": te,
         "inference_round_s": ti,
         "ideal_pipelined_fraction": ideal,
@@ -237,9 +298,234 @@ def _print_table(result: dict) -> None:
         )
 
 
+# --------------------------------------------------------------------------- offcpu
+
+
+def ideal_rate(
+    num_envs: int, num_stages: int, step_s: float, per_obs_s: float, cores: int
+) -> float:
+    """Issue 14's bound for one worker per stage: env steps/s.
+
+    ``N / max(N * B, k * Te + k * B, N * Te / min(cores, stages))``: the policy's time per
+    round, one stage's cycle (its ``k`` envs stepped in turn, then its inference), the
+    cores. ``k`` is the largest stage (``np.array_split``).
+    """
+    k = -(-num_envs // num_stages)
+    return num_envs / max(
+        num_envs * per_obs_s,
+        k * step_s + k * per_obs_s,
+        num_envs * step_s / min(cores, num_stages),
+    )
+
+
+class _SleepPolicy:
+    """Off-CPU policy: sleeps ``per_obs_s`` per observation, returns zero actions."""
+
+    def __init__(self, per_obs_s: float, action_dim: int) -> None:
+        self.per_obs_s, self.action_dim = per_obs_s, action_dim
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        time.sleep(self.per_obs_s * len(obs))
+        return np.zeros((len(obs), self.action_dim), dtype=np.float32)
+
+
+def _pid(env: object) -> int:
+    return os.getpid()
+
+
+@dataclass
+class _Lever:
+    """One configuration of priorities and placement (see ``Args.levers``)."""
+
+    name: str
+    worker_nice: int | None = None
+    caller_nice: int | None = None
+    pin: bool = False
+    fifo: bool = False
+    idle: bool = False
+
+    @classmethod
+    def parse(cls, name: str) -> _Lever:
+        lever = cls(name)
+        for token in name.split("+"):
+            if token == "inherit":
+                continue
+            if token == "pin":
+                lever.pin = True
+            elif token == "fifo":
+                lever.fifo = True
+            elif token == "idle":
+                lever.idle = True
+            elif token.startswith("nice"):
+                lever.worker_nice = int(token[4:])
+            elif token.startswith("caller"):
+                lever.caller_nice = int(token[6:])
+            else:
+                raise ValueError(f"levers: unknown token {token!r} in {name!r}")
+        return lever
+
+
+class _CallerPriority:
+    """Context manager: the caller's nice value / SCHED_FIFO for one measurement."""
+
+    def __init__(self, lever: _Lever) -> None:
+        self.lever = lever
+        self.nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.policy = os.sched_getscheduler(0)
+        self.param = os.sched_getparam(0)
+
+    def __enter__(self) -> None:
+        if self.lever.caller_nice is not None:
+            os.setpriority(os.PRIO_PROCESS, 0, self.lever.caller_nice)
+        if self.lever.fifo:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.lever.fifo:
+            os.sched_setscheduler(0, self.policy, self.param)
+        os.setpriority(os.PRIO_PROCESS, 0, self.nice)
+
+
+def _offcpu_envs(args: Args, lever: _Lever, num_stages: int) -> PipelinedVectorEnv:
+    fn = functools.partial(_make_env, args.step_ms / 1000.0, args.obs_dim)
+    envs = PipelinedVectorEnv(
+        [fn] * args.num_envs,
+        num_stages=num_stages,
+        envs_per_worker=args.num_envs,  # one worker per stage
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        worker_nice=lever.worker_nice,
+        cpu_affinity="auto" if lever.pin else None,
+    )
+    if lever.idle:
+        for pid in set(envs.call_at(range(args.num_envs), _pid)):
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    return envs
+
+
+def run_offcpu(args: Args) -> dict:
+    """Measure issue 14's overlap workload per lever and stage count, interleaved.
+
+    Returns:
+        The results: arguments, machine and load, and one row per (lever, stages) with
+        the median env steps/s, every sample, the ideal rate and their ratio.
+    """
+    args = dataclasses.replace(
+        args, num_envs=args.num_envs or 4, step_ms=args.step_ms if args.step_ms else 4.0
+    )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    levers = [_Lever.parse(name) for name in args.levers]
+    policy = _SleepPolicy(args.policy_ms_per_obs / 1000.0, 7)
+    machine_start = _machine(torch.device("cpu"))
+    points: list[tuple[_Lever, int, PipelinedVectorEnv]] = []
+    samples: dict[tuple[str, int], list[float]] = {}
+    skipped: dict[str, str] = {}
+    started = time.perf_counter()
+    try:
+        for lever in levers:
+            for num_stages in args.stages:
+                points.append((lever, num_stages, _offcpu_envs(args, lever, num_stages)))
+        for _ in range(args.repeats):
+            for lever, num_stages, envs in points:
+                if lever.name in skipped:
+                    continue
+                try:
+                    with _CallerPriority(lever):
+                        rate = measure_layout(envs, policy, env_steps=args.env_steps)["steps_per_s"]
+                except PermissionError as exc:
+                    skipped[lever.name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                samples.setdefault((lever.name, num_stages), []).append(rate)
+    finally:
+        for *_, envs in points:
+            envs.close()
+    rows = []
+    for lever in levers:
+        for num_stages in args.stages:
+            got = samples.get((lever.name, num_stages))
+            if not got:
+                continue
+            ideal = ideal_rate(
+                args.num_envs, num_stages, args.step_ms / 1e3, args.policy_ms_per_obs / 1e3, cores
+            )
+            rate = statistics.median(got)
+            rows.append(
+                {
+                    "lever": lever.name,
+                    "stages": num_stages,
+                    "envs_per_stage": -(-args.num_envs // num_stages),
+                    "steps_per_s": rate,
+                    "samples": got,
+                    "ideal_steps_per_s": ideal,
+                    "of_ideal": rate / ideal,
+                }
+            )
+    return {
+        "workload": "offcpu",
+        "args": dataclasses.asdict(args),
+        "cores": cores,
+        "machine": machine_start,
+        "loadavg_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "seconds": time.perf_counter() - started,
+        "skipped_levers": skipped,
+        "targets": {"2": 0.9, "4": 0.8},
+        "rows": rows,
+    }
+
+
+def offcpu_table(result: dict) -> str:
+    """The offcpu results as a Markdown table (levers as rows, stage counts as columns)."""
+    args = result["args"]
+    stages = list(args["stages"])
+    lines = [
+        f"{args['num_envs']} envs, {args['step_ms']:g} ms CPU per step, policy sleeps "
+        f"{args['policy_ms_per_obs']:g} ms per observation, one worker per stage, "
+        f"{result['cores']} cores; {args['env_steps']} env steps per point, median of "
+        f"{args['repeats']} interleaved rounds. Load average {result['machine']['loadavg']} "
+        f"at start, {result['loadavg_end']} at end.",
+        "",
+        "| lever | " + " | ".join(f"{s} stage{'s' if s > 1 else ''}" for s in stages) + " |",
+        "|---|" + "---:|" * len(stages),
+    ]
+    by = {(r["lever"], r["stages"]): r for r in result["rows"]}
+    ideal_cells = []
+    for s in stages:
+        row = next((r for r in result["rows"] if r["stages"] == s), None)
+        ideal_cells.append(f"{row['ideal_steps_per_s']:.0f}" if row else "-")
+    lines.append("| ideal steps/s | " + " | ".join(ideal_cells) + " |")
+    for lever in args["levers"]:
+        cells = []
+        for s in stages:
+            r = by.get((lever, s))
+            cells.append(f"{r['steps_per_s']:.0f} ({r['of_ideal']:.2f})" if r else "-")
+        if any(c != "-" for c in cells):
+            lines.append(f"| {lever} | " + " | ".join(cells) + " |")
+    for lever, why in result["skipped_levers"].items():
+        lines.append(f"\n{lever}: not measured ({why})")
+    lines.append("")
+    for s, target in ((2, 0.9), (4, 0.8)):
+        got = [(r["of_ideal"], r["lever"]) for r in result["rows"] if r["stages"] == s]
+        if got:
+            best, name = max(got)
+            status = "met" if best >= target else "NOT met"
+            lines.append(
+                f"- {s} stages: best {best:.2f} of ideal ({name}), target >= {target}: {status}"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     """CLI entry point."""
     args = tyro.cli(Args)
+    if args.workload == "offcpu":
+        result = run_offcpu(args)
+        table = offcpu_table(result)
+        print(table)
+        out = Path(args.output or Path(__file__).parent / "results" / "rollout_overlap_offcpu.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
+        out.with_suffix(".md").write_text(table + "\n")
+        print(f"wrote {out} and {out.with_suffix('.md')}")
+        return
     result = run(args)
     _print_table(result)
     out = Path(

@@ -41,6 +41,7 @@ from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedO
 from .slots import can_spin
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
+from .worker import NicedEnvFn
 from .worker_handle import ProcessBackend, WorkerHandle
 
 __all__ = ["InFlight", "WorkerPool", "resolve_affinity"]
@@ -189,10 +190,13 @@ class WorkerPool:
         autoreset_mode: Any,
         ray_options: Any,
         fast_path: bool = True,
+        worker_nice: int | None = None,
     ) -> None:
         """Start one worker per env range of ``layout`` (``(stage, [(lo, hi), ...])``), in
         parallel; `start` then waits for them. Started workers are in `handles` at once,
-        so `close` stops them if a later one fails to start.
+        so `close` stops them if a later one fails to start. With ``worker_nice`` each
+        worker sets that nice value before building its envs (`worker.NicedEnvFn` around
+        its first constructor, so restarts apply it again).
 
         Subprocess workers step through shared-memory slots with ``fast_path``
         (`worker_handle.WorkerHandle`); their waits spin only when every worker and the
@@ -235,7 +239,10 @@ class WorkerPool:
         for s, ranges in layout:
             for lo, hi in ranges:
                 index = len(self.handles)
-                handle = make(index, s, tuple(range(lo, hi)), cloudpickle.dumps(env_fns[lo:hi]))
+                fns = list(env_fns[lo:hi])
+                if worker_nice is not None:
+                    fns[0] = NicedEnvFn(fns[0], worker_nice)
+                handle = make(index, s, tuple(range(lo, hi)), cloudpickle.dumps(fns))
                 self.handles.append(handle)
                 self._queues[index] = deque()
                 if self.profiler is not None:

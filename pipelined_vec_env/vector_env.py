@@ -84,6 +84,13 @@ class PipelinedVectorEnv(VectorEnv):
             ``os.sched_setaffinity`` (Linux; elsewhere a warning).
         worker_threads: Cap on OpenMP/BLAS/torch threads inside each worker (default 1,
             so simulators do not oversubscribe cores); None leaves them alone.
+        worker_nice: Nice value of every worker process (absolute, in ``[-20, 19]``; POSIX
+            ``setpriority``), set inside the worker before its envs are built, at start-up
+            and at every restart; None inherits the caller's. A positive value lets the
+            caller (the policy, the loop's critical path) preempt the simulators when they
+            share cores; see ``docs/benchmarks_rollout.md``. A value below the caller's
+            needs the privilege to raise priority (else the constructor raises
+            `PermissionError`).
         daemon: Start workers as daemon processes (they cannot start processes of their
             own). Set False for envs that spawn subprocesses.
         max_restarts: Restarts allowed per worker (0: a failed worker raises). A worker
@@ -157,6 +164,7 @@ class PipelinedVectorEnv(VectorEnv):
         observation_mode: str | tuple[Space, Space] = "same",
         cpu_affinity: str | Sequence[Sequence[int]] | None = None,
         worker_threads: int | None = 1,
+        worker_nice: int | None = None,
         daemon: bool = True,
         max_restarts: int = 0,
         step_deadline: float | None = None,
@@ -197,6 +205,14 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(
                 f"worker_threads: expected None or an int >= 1, got {worker_threads!r}"
             )
+        if worker_nice is not None and (
+            isinstance(worker_nice, bool)
+            or not isinstance(worker_nice, (int, np.integer))
+            or not -20 <= worker_nice <= 19
+        ):
+            raise ValueError(
+                f"worker_nice: expected None or an int in [-20, 19], got {worker_nice!r}"
+            )
         if info_layout not in ("batched", "per_env"):
             raise ValueError(f"info_layout: expected 'batched' or 'per_env', got {info_layout!r}")
         if backend not in ("multiprocessing", "ray"):
@@ -235,6 +251,7 @@ class PipelinedVectorEnv(VectorEnv):
         self.step_deadline = step_deadline
         self.start_timeout = float(start_timeout)
         self.info_layout = info_layout
+        self.worker_nice = None if worker_nice is None else int(worker_nice)
 
         # layout: stages, then workers within each stage
         layout: list[tuple[int, list[tuple[int, int]]]] = []
@@ -262,6 +279,7 @@ class PipelinedVectorEnv(VectorEnv):
                 autoreset_mode=self.autoreset_mode,
                 ray_options=ray_options,
                 fast_path=bool(fast_path),
+                worker_nice=self.worker_nice,
             )
             self.context = self._pool.context
             self._setup_spaces(self._pool.start())

@@ -60,6 +60,7 @@ from .slots import (
 
 __all__ = [
     "THREAD_ENV_VARS",
+    "NicedEnvFn",
     "build_env",
     "send",
     "send_answer",
@@ -208,6 +209,48 @@ def _set_affinity(cores: tuple[int, ...] | None) -> None:
         logger.warning("cpu_affinity is ignored: os.sched_setaffinity is Linux-only")
         return
     os.sched_setaffinity(0, cores)
+
+
+def set_worker_nice(nice: int) -> None:
+    """Set this process's nice value to ``nice`` (absolute, ``setpriority``; POSIX only).
+
+    Raises:
+        PermissionError: ``nice`` is below the current value and the process may not raise
+            its priority (Linux: needs ``CAP_SYS_NICE`` or ``RLIMIT_NICE``).
+    """
+    if not hasattr(os, "setpriority"):
+        logger.warning("worker_nice is ignored: os.setpriority is POSIX-only")
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except PermissionError as exc:
+        current = os.getpriority(os.PRIO_PROCESS, 0)
+        raise PermissionError(
+            f"worker_nice={nice}: this worker (nice {current}) may not raise its priority "
+            "(needs CAP_SYS_NICE or RLIMIT_NICE); use a value >= the caller's nice"
+        ) from exc
+
+
+class NicedEnvFn:
+    """An env constructor that first sets its worker process's nice value.
+
+    `WorkerPool.spawn` wraps the first constructor of each worker in it when
+    ``worker_nice`` is set, so the value is applied inside the worker process before its
+    envs are built, at start-up and at every rebuild (a restart calls the constructors
+    again), for the multiprocessing and the Ray backend alike.
+
+    Args:
+        env_fn: The real constructor.
+        nice: Absolute nice value, in ``[-20, 19]``.
+    """
+
+    def __init__(self, env_fn: Any, nice: int) -> None:
+        self.env_fn = env_fn
+        self.nice = nice
+
+    def __call__(self) -> Env:
+        set_worker_nice(self.nice)
+        return self.env_fn()
 
 
 def _mutable_ids(value: Any) -> frozenset[int]:

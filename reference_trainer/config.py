@@ -36,8 +36,9 @@ class TrainConfig:
     """Next stage to wait for: fixed round robin, or whichever stage finished first."""
     cpu_affinity: Literal["none", "auto"] = "none"
     """Pin env workers to cores ("auto") or leave placement to the OS ("none")."""
-    worker_nice: int = 0
-    """Nice value of env workers (0-19); > 0 lets a CPU policy preempt the simulators."""
+    worker_nice: int | None = None
+    """Nice value of env workers (-20 to 19; PipelinedVectorEnv(worker_nice=...)); > 0 lets
+    the trainer's policy preempt the simulators; None: the env's default."""
     max_restarts: int = 0
     """Restarts allowed per env worker (0: a crashed simulator ends the run). A rebuilt
     worker's episodes end with truncated=True; see docs/fault_tolerance.md."""

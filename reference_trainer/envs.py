@@ -26,7 +26,7 @@ if not os.environ.get("DISPLAY"):
     # (evaluation videos). Set before any env imports mujoco, so workers inherit it.
     os.environ.setdefault("MUJOCO_GL", "egl")
 
-__all__ = ["EnvFactory", "GymEnvFactory", "NicedEnvFn", "make_vector_env", "num_env_workers"]
+__all__ = ["EnvFactory", "GymEnvFactory", "make_vector_env", "num_env_workers"]
 
 
 class EnvFactory(Protocol):
@@ -79,29 +79,6 @@ class GymEnvFactory:
         return None
 
 
-@dataclass
-class NicedEnvFn:
-    """Env constructor that first sets its (worker) process's nice value.
-
-    On a machine where simulators and a CPU policy share few cores, a pipelined loop only
-    pays off if the policy's inference (the critical path) is not time-sliced with the
-    simulators; a positive nice value on the env workers lets the trainer process preempt
-    them. The value is absolute (``setpriority``), so several envs per worker do not stack.
-
-    Args:
-        env_fn: the real constructor.
-        nice: nice value for the worker process (0 to 19; 0 leaves it alone).
-    """
-
-    env_fn: Callable[[], gym.Env]
-    nice: int
-
-    def __call__(self) -> gym.Env:
-        if self.nice and hasattr(os, "setpriority"):
-            os.setpriority(os.PRIO_PROCESS, 0, self.nice)
-        return self.env_fn()
-
-
 def num_env_workers(num_envs: int, num_stages: int, envs_per_worker: int) -> int:
     """Worker processes ``PipelinedVectorEnv`` starts for this layout.
 
@@ -125,7 +102,7 @@ def make_vector_env(
     num_stages: int,
     envs_per_worker: int = 1,
     cpu_affinity: str | None = None,
-    worker_nice: int = 0,
+    worker_nice: int | None = None,
     max_restarts: int = 0,
     step_deadline: float | None = None,
     backend: str = "multiprocessing",
@@ -143,7 +120,8 @@ def make_vector_env(
         num_stages: pipeline stages.
         envs_per_worker: envs per worker process.
         cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
-        worker_nice: nice value of the env workers (see `NicedEnvFn`).
+        worker_nice: nice value of the env workers, or None for the env's default
+            (``PipelinedVectorEnv(worker_nice=...)``).
         max_restarts: restarts allowed per worker (passed to ``PipelinedVectorEnv``).
         step_deadline: seconds per worker step before it is killed (passed on too).
         backend: ``"multiprocessing"`` or ``"ray"`` (passed to ``PipelinedVectorEnv``).
@@ -161,7 +139,7 @@ def make_vector_env(
     if not 1 <= num_stages <= num_envs:
         raise ValueError(f"num_stages must be in [1, num_envs={num_envs}], got {num_stages}")
     return PipelinedVectorEnv(
-        [NicedEnvFn(ScheduledResetsFn(factory.env_fn(i)), worker_nice) for i in range(num_envs)],
+        [ScheduledResetsFn(factory.env_fn(i)) for i in range(num_envs)],
         num_stages=num_stages,
         envs_per_worker=envs_per_worker,
         autoreset_mode=AutoresetMode.SAME_STEP,
@@ -171,4 +149,5 @@ def make_vector_env(
         backend=backend,
         ray_options=ray_options,
         profile=profile,
+        **({} if worker_nice is None else {"worker_nice": worker_nice}),
     )

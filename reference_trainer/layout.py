@@ -20,7 +20,7 @@ from gymnasium.vector import AutoresetMode
 
 from reference_trainer.agent import ActorCritic, obs_to_tensor
 from reference_trainer.config import TrainConfig
-from reference_trainer.envs import EnvFactory, NicedEnvFn
+from reference_trainer.envs import EnvFactory
 
 __all__ = ["resolve_layout"]
 
@@ -72,11 +72,14 @@ def resolve_layout(
     torch.set_num_threads(config.resolved_torch_threads(config.num_envs))
     try:
         result = tune(
-            [NicedEnvFn(factory.env_fn(i), config.worker_nice) for i in range(config.num_envs)],
+            [factory.env_fn(i) for i in range(config.num_envs)],
             policy,
             max_seconds=config.tune_seconds,
             seed=config.seed,
-            env_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            env_kwargs={
+                "autoreset_mode": AutoresetMode.SAME_STEP,
+                **({} if config.worker_nice is None else {"worker_nice": config.worker_nice}),
+            },
         )
     finally:
         torch.set_num_threads(threads)

@@ -251,28 +251,28 @@ def test_collect_before_reset_raises():
     envs.close()
 
 
-class PriorityEnv(DriftEnv):
-    """DriftEnv that reports its worker process's nice value."""
+def _worker_nice(env: gym.Env) -> int:
+    import os
 
-    def priority(self) -> int:
-        import os
-
-        return os.getpriority(os.PRIO_PROCESS, 0)
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "setpriority"), reason="needs os.setpriority")
-def test_niced_env_fn_sets_the_worker_priority_once(make_pipelined):
+def test_make_vector_env_sets_the_worker_priority():
     import os
 
-    from reference_trainer.envs import NicedEnvFn
+    from reference_trainer.envs import GymEnvFactory, make_vector_env
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
-    fns = [NicedEnvFn(functools.partial(PriorityEnv, i), min(19, base + 3)) for i in range(4)]
-    envs = make_pipelined(
-        fns, num_stages=2, envs_per_worker=2, autoreset_mode=AutoresetMode.SAME_STEP
+    envs = make_vector_env(
+        GymEnvFactory("CartPole-v1"), 4, num_stages=2, envs_per_worker=2, worker_nice=min(19, base + 3)
     )
-    assert envs.call("priority") == (min(19, base + 3),) * 4  # absolute, not stacked per env
-    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the trainer keeps its own
+    try:
+        nice = envs.call_at(range(4), _worker_nice)
+        assert nice == (min(19, base + 3),) * 4  # absolute, not stacked per env
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base  # the trainer keeps its own
+    finally:
+        envs.close()
 
 
 class ImageDriftEnv(DriftEnv):
