@@ -265,7 +265,11 @@ def test_make_vector_env_sets_the_worker_priority():
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
     envs = make_vector_env(
-        GymEnvFactory("CartPole-v1"), 4, num_stages=2, envs_per_worker=2, worker_nice=min(19, base + 3)
+        GymEnvFactory("CartPole-v1"),
+        4,
+        num_stages=2,
+        envs_per_worker=2,
+        worker_nice=min(19, base + 3),
     )
     try:
         nice = envs.call_at(range(4), _worker_nice)
