@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costs", "Layout", "overlap_bound", "rank", "simulate"]
+__all__ = ["Costs", "Layout", "nice_weight", "overlap_bound", "rank", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -46,19 +46,25 @@ class Layout:
         envs_per_worker: Envs per worker process (1 in decoupled mode).
         batch_size: The ``recv`` batch of decoupled mode (least results per policy call);
             None when staged.
+        worker_nice: The workers' nice value (``PipelinedVectorEnv(worker_nice=...)``),
+            None: the caller's (equal priority).
     """
 
     mode: str
     num_stages: int = 1
     envs_per_worker: int = 1
     batch_size: int | None = None
+    worker_nice: int | None = None
 
     @property
     def name(self) -> str:
-        """``"staged 2x4"`` (stages x envs per worker) or ``"decoupled b=4"``."""
+        """``"staged 2x4"`` (stages x envs per worker) or ``"decoupled b=4"``, with
+        ``" nice 10"`` appended when ``worker_nice`` is set."""
         if self.mode == "staged":
-            return f"staged {self.num_stages}x{self.envs_per_worker}"
-        return f"decoupled b={self.batch_size}"
+            name = f"staged {self.num_stages}x{self.envs_per_worker}"
+        else:
+            name = f"decoupled b={self.batch_size}"
+        return name if self.worker_nice is None else f"{name} nice {self.worker_nice}"
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class Costs:
             machine).
         background_load: Other processes' demand on those cores, as this many always
             busy tasks sharing them with ours (0 on an idle machine).
+        caller_nice: The caller's nice value; a layout's ``worker_nice`` counts relative
+            to it.
     """
 
     step_cpu: Sequence[np.ndarray]
@@ -94,6 +102,7 @@ class Costs:
     cores: float
     background_load: float = 0.0
     worker_message_cpu: float = 0.0
+    caller_nice: int = 0
 
     @property
     def num_envs(self) -> int:
@@ -134,10 +143,37 @@ def overlap_bound(
     return num_envs / round_time
 
 
+def nice_weight(nice: int) -> float:
+    """Linux CFS's share weight of a task at ``nice`` relative to nice 0 (about 1.25x per
+    step: ``sched_prio_to_weight``, 1024 at 0, 110 at 10, 15 at 19)."""
+    return 1.25 ** (-nice)
+
+
+def _shares(weights: list[float], cores: float) -> list[float]:
+    """Weighted processor sharing of ``cores``: each task's rate (at most one core),
+    proportional to its weight, the capacity a capped task leaves going to the others."""
+    rates = [0.0] * len(weights)
+    left = cores
+    open_ = sorted(range(len(weights)), key=lambda i: -weights[i])
+    while open_:
+        total = sum(weights[i] for i in open_)
+        i = open_[0]  # the heaviest reaches the cap of one core first
+        if left * weights[i] / total >= 1.0:
+            rates[i] = 1.0
+            left -= 1.0
+            open_.pop(0)
+            continue
+        for j in open_:
+            rates[j] = left * weights[j] / total
+        break
+    return rates
+
+
 class _Machine:
-    """Tasks in simulated time: each a list of ``("cpu" | "off", seconds)`` segments. CPU
-    segments share ``cores`` equally (at most one core each) with ``background`` always busy
-    tasks of other processes; off-CPU segments just wait."""
+    """Tasks in simulated time: each a list of ``("cpu" | "off", seconds)`` segments and a
+    CFS weight. CPU segments share ``cores`` in proportion to their weights (at most one
+    core each) with ``background`` always busy tasks of other processes (weight 1);
+    off-CPU segments just wait."""
 
     def __init__(self, cores: float, background: float = 0.0) -> None:
         self.cores = cores
@@ -146,25 +182,40 @@ class _Machine:
         self.tasks: dict[int, list] = {}  # id -> [segments, index, remaining, on_done]
         self._next_id = 0
 
-    def start(self, segments: list[tuple[str, float]], on_done: Callable[[], None]) -> None:
+    def start(
+        self, segments: list[tuple[str, float]], on_done: Callable[[], None], weight: float = 1.0
+    ) -> None:
         segments = [s for s in segments if s[1] > 0.0]
         if not segments:
             on_done()
             return
-        self.tasks[self._next_id] = [segments, 0, segments[0][1], on_done]
+        self.tasks[self._next_id] = [segments, 0, segments[0][1], on_done, weight]
         self._next_id += 1
+
+    def _rates(self) -> dict[int, float]:
+        on_cpu = [key for key, t in self.tasks.items() if t[0][t[1]][0] == "cpu"]
+        weights = [self.tasks[key][4] for key in on_cpu]
+        if len(set(weights)) <= 1 and (
+            not self.background or weights[0] == 1.0
+        ):  # equal sharing (the common case, in closed form)
+            rate = min(1.0, self.cores / (len(on_cpu) + self.background)) if on_cpu else 1.0
+            return dict.fromkeys(on_cpu, rate)
+        # the background's whole tasks take part as weight-1 tasks, fractions pro rata
+        whole, frac = int(self.background), self.background - int(self.background)
+        extra = [1.0] * whole + ([frac] if frac > 0 else [])
+        rates = _shares(weights + extra, self.cores)
+        return dict(zip(on_cpu, rates[: len(on_cpu)], strict=True))
 
     def advance(self) -> None:
         """Run until the next segment ends; call the callbacks of tasks that finished."""
         if not self.tasks:
             raise RuntimeError("simulation stalled: no task is running")
-        on_cpu = sum(1 for t in self.tasks.values() if t[0][t[1]][0] == "cpu")
-        rate = min(1.0, self.cores / (on_cpu + self.background)) if on_cpu else 1.0
-        dt = min(t[2] / rate if t[0][t[1]][0] == "cpu" else t[2] for t in self.tasks.values())
+        rates = self._rates()
+        dt = min(t[2] / rates[k] if k in rates else t[2] for k, t in self.tasks.items())
         self.now += dt
         done = []
         for key, t in list(self.tasks.items()):
-            t[2] -= dt * rate if t[0][t[1]][0] == "cpu" else dt
+            t[2] -= dt * rates[key] if key in rates else dt
             if t[2] <= 1e-12:
                 t[1] += 1
                 if t[1] < len(t[0]):
@@ -202,6 +253,12 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
     total = env_steps or max(400, 60 * n)
     machine = _Machine(costs.cores, costs.background_load)
     latency = max(0.0, costs.message_latency)
+    # workers' CPU share against the caller's (weight 1): CFS weights of their nice values
+    worker_weight = (
+        1.0
+        if layout.worker_nice is None
+        else nice_weight(layout.worker_nice) / nice_weight(costs.caller_nice)
+    )
 
     def step_segments(env: int) -> list[tuple[str, float]]:
         j = int(rng.integers(len(costs.step_cpu[env])))
@@ -226,7 +283,7 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
                 segments = [("off", latency), ("cpu", costs.worker_message_cpu)]
                 for env in worker:
                     segments += step_segments(env)
-                machine.start(segments, lambda s=s: worker_done(s))
+                machine.start(segments, lambda s=s: worker_done(s), worker_weight)
 
         def worker_done(s: int) -> None:
             pending[s] -= 1
@@ -260,7 +317,7 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
 
         def launch_env(env: int) -> None:
             segments = [("off", latency), ("cpu", costs.worker_message_cpu), *step_segments(env)]
-            machine.start(segments, lambda: env_done(env))
+            machine.start(segments, lambda: env_done(env), worker_weight)
 
         def env_done(env: int) -> None:
             ready.append(env)

@@ -11,6 +11,7 @@ configurations instead; predicting first keeps the measured runs to a few.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -27,11 +28,14 @@ from .batching import batch_slice
 from .layout_model import Costs, Layout, rank
 from .vector_env import PipelinedVectorEnv
 
-__all__ = ["TuneResult", "measure_layout", "tune"]
+__all__ = ["NICED_WORKERS", "TuneResult", "measure_layout", "tune"]
 
 logger = logging.getLogger(__name__)
 
 _MODES = ("staged", "decoupled")
+#: The workers' nice value `tune` also considers when the envs oversubscribe the cores
+#: (measured on issue 14's overlap workload: see ``docs/benchmarks_rollout.md``).
+NICED_WORKERS = 10
 # chosen by tune, so not accepted in env_kwargs
 _LAYOUT_KWARGS = ("num_stages", "envs_per_worker")
 
@@ -326,6 +330,7 @@ def _measure(
         cores=effective_cores,
         background_load=background,
         worker_message_cpu=worker_message_cpu,
+        caller_nice=os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0,
     )
     work = np.concatenate([c + z for c, z in zip(step_cpu, step_sleep, strict=True)]) * 1e3
     wall = np.concatenate(step_wall) * 1e3
@@ -451,6 +456,9 @@ def tune(
     envs_per_worker: Sequence[int] | None = None,
     batch_sizes: Sequence[int] | None = None,
     verify_top: int = 2,
+    verify_close: float = 0.15,
+    verify_rounds: int = 2,
+    worker_nice: Sequence[int | None] | None = None,
     probe_steps: int = 32,
     probe_seconds: float = 1.0,
     verify_seconds: float = 0.5,
@@ -468,9 +476,20 @@ def tune(
     2. Predict every candidate layout's env steps/s with
        `pipelined_vec_env.layout_model.simulate` (the overlap bound of the design notes,
        generalised; see ``docs/tune.md``).
-    3. Run the ``verify_top`` best predicted (plus the best of the other mode when it is
-       within 20% of the top) with `measure_layout` for ``verify_seconds`` each, and return
-       the fastest measured; without any run, the best predicted.
+    3. Verify: the ``verify_top`` best predicted, every other layout predicted within
+       ``verify_close`` of the best (at most ``verify_top + 2`` in all), and the best of the
+       other mode when it is within 20% of the top, each run with `measure_layout` for the
+       same number of env steps (``verify_seconds`` at the first run's rate), in
+       ``verify_rounds`` interleaved rounds (the second in reverse order, each layout's
+       vector env kept between rounds); return the fastest measured (all its env steps over
+       all its time); without any run, the best predicted.
+
+    Worker priority is a candidate dimension where it matters: when the envs' CPU demand
+    (``num_envs`` times their CPU fraction) reaches the cores, so that the caller's own
+    CPU (policy, messages) waits for a core behind the simulators, every layout is also
+    considered with the workers at nice `NICED_WORKERS` (``worker_nice``), modelled by
+    CFS's weights (see ``docs/tune.md``); otherwise, or when ``env_kwargs`` sets
+    ``worker_nice``, the workers keep the caller's priority (``worker_nice=None``).
 
     The whole call stays within ``max_seconds`` (plus the time to close the last vector
     env): each phase gets a share, verification runs that would not fit are skipped.
@@ -487,6 +506,12 @@ def tune(
         batch_sizes: Decoupled ``recv`` batch sizes (default: powers of two up to
             ``num_envs``).
         verify_top: Layouts verified with a real run (0: trust the model).
+        verify_close: Also verify layouts predicted within this fraction of the best
+            (up to ``verify_top + 2`` in all): the model cannot rank those.
+        verify_rounds: Interleaved rounds of verification runs (>= 1).
+        worker_nice: The workers' nice values to consider (None in it: the caller's);
+            default: ``(None, NICED_WORKERS)`` when the envs oversubscribe the cores,
+            else ``(None,)``; ignored when ``env_kwargs`` sets ``worker_nice``.
         probe_steps: Most steps per env timed for the step-time distribution.
         probe_seconds: Time for those steps (and, half of it, for timing the policy).
         verify_seconds: Length of each verification run.
@@ -528,6 +553,26 @@ def tune(
     per_worker = _check_ints("envs_per_worker", envs_per_worker, 1, None)
     sizes = _check_ints("batch_sizes", batch_sizes, 1, n)
     _check_ints("verify_top", verify_top, 0, None)
+    _check_ints("verify_rounds", verify_rounds, 1, None)
+    if (
+        isinstance(verify_close, bool)
+        or not isinstance(verify_close, (int, float, np.integer, np.floating))
+        or not 0 <= verify_close < 1
+    ):
+        raise ValueError(f"verify_close: expected a fraction in [0, 1), got {verify_close!r}")
+    nices: tuple[int | None, ...] | None = None
+    if worker_nice is not None:
+        values = tuple(worker_nice) if isinstance(worker_nice, (list, tuple)) else (worker_nice,)
+        if not values or not all(
+            v is None
+            or (not isinstance(v, bool) and isinstance(v, (int, np.integer)) and -20 <= v <= 19)
+            for v in values
+        ):
+            raise ValueError(
+                f"worker_nice: expected a non-empty sequence of None or ints in [-20, 19], "
+                f"got {worker_nice!r}"
+            )
+        nices = tuple(dict.fromkeys(None if v is None else int(v) for v in values))
     _check_ints("probe_steps", probe_steps, 1, None)
     probe_seconds = _positive("probe_seconds", probe_seconds)
     verify_seconds = _positive("verify_seconds", verify_seconds)
@@ -562,19 +607,35 @@ def tune(
             env_fns,
             num_stages=layout.num_stages,
             envs_per_worker=layout.envs_per_worker,
-            **{"start_timeout": max(1.0, timeout), **env_kwargs},
+            **{
+                "start_timeout": max(1.0, timeout),
+                "worker_nice": layout.worker_nice,
+                **env_kwargs,
+            },
         )
 
     probe_layout = Layout("staged", 1, 1)
     started = time.perf_counter()
     envs = build(probe_layout, budget.left())
+    built: dict[Layout, PipelinedVectorEnv] = {probe_layout: envs}  # kept for every round
     start_cost = time.perf_counter() - started
     share = min(probe_seconds, max(0.05, 0.2 * budget.left()))
     try:
         costs, summary = _measure(
             envs, policy, policy_sizes, cores, probe_steps, share, seed, max(1.0, budget.left())
         )
-        # phase 2: predict
+        # phase 2: predict (worker priority a dimension where the envs oversubscribe cores)
+        if "worker_nice" in env_kwargs:
+            nices = (None,)
+        elif nices is None:
+            demand = n * summary["cpu_fraction"]
+            nices = (None, NICED_WORKERS) if demand >= costs.cores else (None,)
+        summary["worker_nice_considered"] = list(nices)
+        layouts = [
+            layout if nice is None else dataclasses.replace(layout, worker_nice=nice)
+            for nice in nices
+            for layout in layouts
+        ]
         ranked = rank(layouts, costs, seed=seed)
         table = [
             {
@@ -587,37 +648,58 @@ def tune(
             }
             for layout, predicted in ranked
         ]
-        # phase 3: verify the best few
+        # phase 3: verify the best few, and those the model cannot tell apart
         picks = [layout for layout, _ in ranked[:verify_top]]
         if verify_top:
             top = ranked[0][1]
+            for layout, predicted in ranked[verify_top:]:
+                if len(picks) >= verify_top + 2 or predicted < (1 - verify_close) * top:
+                    break
+                picks.append(layout)
             other = next((lp for lp in ranked if lp[0].mode != ranked[0][0].mode), None)
             if other is not None and other[0] not in picks and other[1] >= 0.8 * top:
                 picks.append(other[0])
         # layouts the probe env can run need no start-up: run them first
         picks.sort(key=lambda layout: not _same_workers(layout, probe_layout))
-        for layout in picks:
-            run_seconds = min(verify_seconds, max(0.05, 0.5 * budget.left()))
-            needs_start = not _same_workers(layout, probe_layout)
-            if budget.left() < run_seconds + 0.5 + (2 * start_cost if needs_start else 0.0):
-                logger.info("tune: no time left to verify %s", layout.name)
-                continue
-            if needs_start:
-                envs.close()
-                envs = build(layout, budget.left())
-                probe_layout = layout
-            measured = measure_layout(
-                envs,
-                policy,
-                batch_size=layout.batch_size,
-                seconds=run_seconds,
-                timeout=max(1.0, budget.left()),
-                seed=seed,
-            )
+        runs: dict[Layout, list[dict[str, float]]] = {}
+        env_steps: int | None = None
+        for r in range(verify_rounds):
+            for layout in picks if r % 2 == 0 else picks[::-1]:
+                host = next((b for b in built if _same_workers(layout, b)), None)
+                expected = verify_seconds
+                if env_steps is not None:
+                    rate = _rate(runs.get(layout)) or max(
+                        (_rate(v) or 0.0 for v in runs.values()), default=0.0
+                    )
+                    expected = env_steps / rate if rate > 0 else verify_seconds
+                start_cost_here = 2 * start_cost if host is None else 0.0
+                if budget.left() < expected + 0.5 + start_cost_here:
+                    logger.info("tune: no time left to verify %s", layout.name)
+                    continue
+                if host is None:
+                    host = layout
+                    built[layout] = build(layout, budget.left())
+                stats = measure_layout(
+                    built[host],
+                    policy,
+                    batch_size=layout.batch_size,
+                    **(
+                        {"seconds": min(verify_seconds, max(0.05, 0.5 * budget.left()))}
+                        if env_steps is None
+                        else {"env_steps": env_steps}
+                    ),
+                    timeout=max(1.0, budget.left()),
+                    seed=seed,
+                )
+                if env_steps is None:  # every later run: as many env steps as this one
+                    env_steps = max(n, int(stats["steps"]))
+                runs.setdefault(layout, []).append(stats)
+        for layout, stats_list in runs.items():
             row = next(r for r in table if r["name"] == layout.name)
-            row["measured"] = measured["steps_per_s"]
+            row["measured"] = _rate(stats_list)
     finally:
-        envs.close()
+        for built_envs in built.values():
+            built_envs.close()
 
     verified = [r for r in table if r["measured"] is not None]
     best = max(verified, key=lambda r: r["measured"]) if verified else table[0]
@@ -633,15 +715,26 @@ def tune(
     )
 
 
+def _rate(runs: list[dict[str, float]] | None) -> float | None:
+    """Env steps/s over several `measure_layout` runs (all steps over all their time)."""
+    if not runs:
+        return None
+    return sum(r["steps"] for r in runs) / max(sum(r["seconds"] for r in runs), 1e-9)
+
+
 def _same_workers(layout: Layout, built: Layout) -> bool:
     """Whether a vector env built for ``built`` runs ``layout`` as is."""
+    if layout.worker_nice != built.worker_nice:
+        return False
     if layout.mode == "decoupled":
         return built.envs_per_worker == 1  # stages do not matter to send/recv
     return (layout.num_stages, layout.envs_per_worker) == (built.num_stages, built.envs_per_worker)
 
 
 def _kwargs(layout: Layout, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    kwargs = {"num_stages": layout.num_stages, "envs_per_worker": layout.envs_per_worker}
-    if "worker_nice" in inspect.signature(PipelinedVectorEnv).parameters:
-        kwargs["worker_nice"] = env_kwargs.get("worker_nice", 0)
-    return {**kwargs, **{k: v for k, v in env_kwargs.items() if k != "worker_nice"}}
+    return {
+        "num_stages": layout.num_stages,
+        "envs_per_worker": layout.envs_per_worker,
+        "worker_nice": env_kwargs.get("worker_nice", layout.worker_nice),
+        **{k: v for k, v in env_kwargs.items() if k != "worker_nice"},
+    }
