@@ -72,9 +72,10 @@ class Args:
     """Envs per vector env."""
     point_seconds: float = 1.5
     """Length of each grid point, as env steps: this many seconds at tune's measured rate."""
-    rounds: int = 2
-    """Rounds over the grid (the second in reverse order); each point's rate is the median
-    over rounds, so drift on a shared machine spreads over all points."""
+    rounds: int = 3
+    """Rounds over the grid (every other one in reverse order, each rotated by one more
+    point); each point's rate is the median over rounds, so drift on a shared machine
+    spreads over all points."""
     max_seconds: float = 60.0
     """tune()'s max_seconds."""
     quick: bool = False
@@ -159,14 +160,20 @@ def grid(num_envs: int) -> list[dict[str, Any]]:
 
 def _name(point: dict[str, Any]) -> str:
     if point["mode"] == "staged":
-        return f"staged {point['num_stages']}x{point['envs_per_worker']}"
-    return f"decoupled b={point['batch_size']}"
+        name = f"staged {point['num_stages']}x{point['envs_per_worker']}"
+    else:
+        name = f"decoupled b={point['batch_size']}"
+    nice = point.get("worker_nice")
+    return name if nice is None else f"{name} nice {nice}"
 
 
 def _run_point(fns: list, policy: Any, point: dict[str, Any], env_steps: int) -> dict[str, Any]:
     start = time.perf_counter()
     envs = PipelinedVectorEnv(
-        fns, num_stages=point["num_stages"], envs_per_worker=point["envs_per_worker"]
+        fns,
+        num_stages=point["num_stages"],
+        envs_per_worker=point["envs_per_worker"],
+        worker_nice=point.get("worker_nice"),
     )
     try:
         stats = measure_layout(envs, policy, batch_size=point["batch_size"], env_steps=env_steps)
@@ -194,19 +201,21 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
         "num_stages": result.kwargs["num_stages"],
         "envs_per_worker": result.kwargs["envs_per_worker"],
         "batch_size": result.batch_size,
+        "worker_nice": result.kwargs.get("worker_nice"),
     }
     points = grid(args.num_envs)
-    in_grid = any(all(p[k] == v for k, v in chosen.items()) for p in points)
+    in_grid = _name(chosen) in {_name(p) for p in points}
+    # the tuned layout, if the grid lacks it, runs among the grid's points in every round
+    # (measured like them, not counted in the grid's time)
+    order = points if in_grid else [*points, chosen]
     runs: dict[str, list[dict[str, Any]]] = {}
     grid_s = 0.0
     for r in range(args.rounds):
-        order = points if r % 2 == 0 else points[::-1]
-        for point in order:
+        rotated = order[r // 2 % len(order) :] + order[: r // 2 % len(order)]
+        for point in rotated if r % 2 == 0 else rotated[::-1]:
             run = _run_point(fns, policy, point, env_steps)
-            grid_s += run["wall_s"]
-            runs.setdefault(run["name"], []).append(run)
-        if not in_grid:  # the tuned layout, measured beside the grid (not in its time)
-            run = _run_point(fns, policy, chosen, env_steps)
+            if point is not chosen or in_grid:
+                grid_s += run["wall_s"]
             runs.setdefault(run["name"], []).append(run)
     rows = []
     for point in points:
@@ -253,7 +262,7 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
 
 
 def _name_of(result: Any) -> str:
-    return _name({"mode": result.mode, **result.kwargs, "batch_size": result.batch_size})
+    return _name({**result.kwargs, "mode": result.mode, "batch_size": result.batch_size})
 
 
 def _markdown(report: dict[str, Any]) -> str:

@@ -2,7 +2,9 @@
 
 `resolve_layout` measures the trainer's own envs and its own inference (a fresh
 ``ActorCritic`` of the configured size on the configured device, normalisation included)
-and returns the config with the chosen ``num_stages`` and ``envs_per_worker``; a decoupled
+and returns the config with the chosen ``num_stages``, ``envs_per_worker`` and
+``worker_nice`` (tune varies it only where CPU-bound envs oversubscribe the cores and
+``--worker-nice`` is not given); a decoupled
 choice turns ``decoupled`` on with one inference actor. tune models a single caller
 thread, which is what the staged collector is and what a one-actor decoupled collector
 comes closest to (the channel's actor batches whatever is posted, ``rollout_queue_size``
@@ -37,7 +39,7 @@ def resolve_layout(
 
     Returns:
         ``(config, record)``: the config with ``num_stages``, ``envs_per_worker``,
-        ``decoupled`` (and ``num_actors=1``, ``rollout_queue_size=0``, ``max_wait=0`` when
+        ``worker_nice``, ``decoupled`` (and ``num_actors=1``, ``rollout_queue_size=0``, ``max_wait=0`` when
         decoupled) set from the choice, and a JSON-ready record of it (mode, kwargs,
         batch size, predicted and measured steps/s, the table, the measurements), or None
         when nothing was tuned.
@@ -87,6 +89,7 @@ def resolve_layout(
         "num_stages": int(result.kwargs["num_stages"]),
         "envs_per_worker": int(result.kwargs["envs_per_worker"]),
         "decoupled": result.mode == "decoupled",
+        "worker_nice": result.kwargs.get("worker_nice"),  # tune's choice, or the config's
     }
     if result.mode == "decoupled":
         changes.update(num_actors=1, rollout_queue_size=0, max_wait=0.0)
