@@ -70,6 +70,12 @@ from reference_trainer.agent import ActorCritic, obs_to_tensor  # noqa: E402
 from reference_trainer.metrics import ideal_pipelined_fraction  # noqa: E402
 from reference_trainer.rollout import RolloutCollector  # noqa: E402
 
+# loaded by path (tests): workers cannot import this module by name
+if __name__ != "__main__":
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
 
 @dataclass
 class Args:

@@ -1,0 +1,57 @@
+"""Smoke test of ``benchmarks/rollout_overlap.py --workload offcpu`` (issue 14's overlap
+workload) with tiny numbers, and its ideal bound. No speed is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("tyro")
+pytest.importorskip("torch")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_overlap.py"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmarks_rollout_overlap", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and cloudpickle look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ideal_rate_is_issue_14s_bound():
+    bench = _load_script()
+    # 4 envs, 4 ms CPU per step, 2 ms per observation, 2 cores
+    assert bench.ideal_rate(4, 1, 0.004, 0.002, 2) == pytest.approx(4 / 0.024)  # k*Te + k*B
+    assert bench.ideal_rate(4, 2, 0.004, 0.002, 2) == pytest.approx(4 / 0.012)
+    assert bench.ideal_rate(4, 4, 0.004, 0.002, 2) == pytest.approx(4 / 0.008)  # N*B = cores
+
+
+@pytest.mark.timeout(180)
+def test_offcpu_workload_runs_every_lever_and_reports_the_ratio():
+    bench = _load_script()
+    args = bench.Args(
+        workload="offcpu",
+        step_ms=0.5,
+        policy_ms_per_obs=0.2,
+        stages=(1, 2),
+        levers=("inherit", "nice5+pin"),
+        env_steps=8,
+        repeats=1,
+    )
+    result = bench.run_offcpu(args)
+    rows = {(r["lever"], r["stages"]): r for r in result["rows"]}
+    assert set(rows) == {(lever, s) for lever in ("inherit", "nice5+pin") for s in (1, 2)}
+    for row in rows.values():
+        assert row["steps_per_s"] > 0 and len(row["samples"]) == 1
+        assert row["of_ideal"] == pytest.approx(row["steps_per_s"] / row["ideal_steps_per_s"])
+    table = bench.offcpu_table(result)
+    assert "| ideal steps/s |" in table and "nice5+pin" in table and "2 stages: best" in table
+    with pytest.raises(ValueError, match="unknown token"):
+        bench._Lever.parse("nice5+fast")
