@@ -339,6 +339,38 @@ def _pid(env: object) -> int:
     return os.getpid()
 
 
+def _schedstat(env: object = None) -> tuple[float, float]:
+    """This process's (main thread's) CPU time and time runnable but waiting for a core,
+    in seconds, from Linux's ``/proc/self/schedstat`` ((0, 0) elsewhere)."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            on_cpu, waiting = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return on_cpu * 1e-9, waiting * 1e-9
+
+
+class _ByValue:
+    """A function that travels to the workers by value (call payloads go by plain pickle,
+    which would name this script's module, unknown to a worker)."""
+
+    def __init__(self, fn: object) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: object) -> object:
+        return self.fn(*args)
+
+    def __reduce__(self) -> tuple:
+        import cloudpickle
+
+        return cloudpickle.loads, (cloudpickle.dumps(self.fn),)
+
+
+def _worker_firsts(envs: PipelinedVectorEnv) -> list[int]:
+    """One env index per worker (one worker per stage here)."""
+    return [sl.start for sl in envs.stage_slices]
+
+
 @dataclass
 class _Lever:
     """One configuration of priorities and placement (see ``Args.levers``)."""
@@ -403,7 +435,7 @@ def _offcpu_envs(args: Args, lever: _Lever, num_stages: int) -> PipelinedVectorE
         cpu_affinity="auto" if lever.pin else None,
     )
     if lever.idle:
-        for pid in set(envs.call_at(range(args.num_envs), _pid)):
+        for pid in set(envs.call_at(range(args.num_envs), _ByValue(_pid))):
             os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
     return envs
 
@@ -424,6 +456,7 @@ def run_offcpu(args: Args) -> dict:
     machine_start = _machine(torch.device("cpu"))
     points: list[tuple[_Lever, int, PipelinedVectorEnv]] = []
     samples: dict[tuple[str, int], list[float]] = {}
+    waits: dict[tuple[str, int], list[tuple[float, float]]] = {}
     skipped: dict[str, str] = {}
     started = time.perf_counter()
     try:
@@ -434,13 +467,25 @@ def run_offcpu(args: Args) -> dict:
             for lever, num_stages, envs in points:
                 if lever.name in skipped:
                     continue
+                firsts = _worker_firsts(envs)
+                caller0, workers0 = _schedstat(), envs.call_at(firsts, _ByValue(_schedstat))
                 try:
                     with _CallerPriority(lever):
-                        rate = measure_layout(envs, policy, env_steps=args.env_steps)["steps_per_s"]
+                        stats = measure_layout(envs, policy, env_steps=args.env_steps)
                 except PermissionError as exc:
                     skipped[lever.name] = f"{type(exc).__name__}: {exc}"
                     continue
-                samples.setdefault((lever.name, num_stages), []).append(rate)
+                caller1, workers1 = _schedstat(), envs.call_at(firsts, _ByValue(_schedstat))
+                key = (lever.name, num_stages)
+                samples.setdefault(key, []).append(stats["steps_per_s"])
+                # waiting for a core, per env step: the caller's, and the workers' summed
+                waits.setdefault(key, []).append(
+                    (
+                        (caller1[1] - caller0[1]) / stats["steps"],
+                        sum(b[1] - a[1] for a, b in zip(workers0, workers1, strict=True))
+                        / stats["steps"],
+                    )
+                )
     finally:
         for *_, envs in points:
             envs.close()
@@ -461,6 +506,12 @@ def run_offcpu(args: Args) -> dict:
                     "envs_per_stage": -(-args.num_envs // num_stages),
                     "steps_per_s": rate,
                     "samples": got,
+                    "caller_wait_ms_per_step": statistics.median(
+                        w[0] * 1e3 for w in waits[(lever.name, num_stages)]
+                    ),
+                    "workers_wait_ms_per_step": statistics.median(
+                        w[1] * 1e3 for w in waits[(lever.name, num_stages)]
+                    ),
                     "ideal_steps_per_s": ideal,
                     "of_ideal": rate / ideal,
                 }
@@ -503,6 +554,25 @@ def offcpu_table(result: dict) -> str:
         for s in stages:
             r = by.get((lever, s))
             cells.append(f"{r['steps_per_s']:.0f} ({r['of_ideal']:.2f})" if r else "-")
+        if any(c != "-" for c in cells):
+            lines.append(f"| {lever} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Waiting for a core (runnable, not running; Linux schedstat), ms per env step, "
+        "caller / workers (all workers summed); 4 ms of CPU per step is the env's work:",
+        "",
+        "| lever | " + " | ".join(f"{s} stage{'s' if s > 1 else ''}" for s in stages) + " |",
+        "|---|" + "---:|" * len(stages),
+    ]
+    for lever in args["levers"]:
+        cells = []
+        for s in stages:
+            r = by.get((lever, s))
+            cells.append(
+                f"{r['caller_wait_ms_per_step']:.2f} / {r['workers_wait_ms_per_step']:.2f}"
+                if r and "caller_wait_ms_per_step" in r
+                else "-"
+            )
         if any(c != "-" for c in cells):
             lines.append(f"| {lever} | " + " | ".join(cells) + " |")
     for lever, why in result["skipped_levers"].items():

@@ -41,17 +41,22 @@ def test_offcpu_workload_runs_every_lever_and_reports_the_ratio():
         step_ms=0.5,
         policy_ms_per_obs=0.2,
         stages=(1, 2),
-        levers=("inherit", "nice5+pin"),
+        levers=("inherit", "nice5+pin+idle"),
         env_steps=8,
         repeats=1,
     )
     result = bench.run_offcpu(args)
     rows = {(r["lever"], r["stages"]): r for r in result["rows"]}
-    assert set(rows) == {(lever, s) for lever in ("inherit", "nice5+pin") for s in (1, 2)}
+    assert set(rows) == {(lever, s) for lever in ("inherit", "nice5+pin+idle") for s in (1, 2)}
     for row in rows.values():
         assert row["steps_per_s"] > 0 and len(row["samples"]) == 1
         assert row["of_ideal"] == pytest.approx(row["steps_per_s"] / row["ideal_steps_per_s"])
     table = bench.offcpu_table(result)
-    assert "| ideal steps/s |" in table and "nice5+pin" in table and "2 stages: best" in table
+    assert (
+        "| ideal steps/s |" in table
+        and "nice5+pin+idle" in table
+        and "Waiting for a core" in table
+        and "2 stages: best" in table
+    )
     with pytest.raises(ValueError, match="unknown token"):
         bench._Lever.parse("nice5+fast")
