@@ -648,17 +648,30 @@ def tune(
             }
             for layout, predicted in ranked
         ]
-        # phase 3: verify the best few, and those the model cannot tell apart
-        picks = [layout for layout, _ in ranked[:verify_top]]
+        # phase 3: verify the best few, and those the model cannot tell apart; choose
+        # among layouts (each at its best predicted priority), then add the best one's
+        # other priorities: the model does not see what nicing buys in wake-ups
+        distinct, seen = [], set()
+        for layout, predicted in ranked:
+            base = dataclasses.replace(layout, worker_nice=None)
+            if base not in seen:
+                seen.add(base)
+                distinct.append((layout, predicted))
+        picks = [layout for layout, _ in distinct[:verify_top]]
         if verify_top:
             top = ranked[0][1]
-            for layout, predicted in ranked[verify_top:]:
+            for layout, predicted in distinct[verify_top:]:
                 if len(picks) >= verify_top + 2 or predicted < (1 - verify_close) * top:
                     break
                 picks.append(layout)
-            other = next((lp for lp in ranked if lp[0].mode != ranked[0][0].mode), None)
+            other = next((lp for lp in distinct if lp[0].mode != ranked[0][0].mode), None)
             if other is not None and other[0] not in picks and other[1] >= 0.8 * top:
                 picks.append(other[0])
+            picks += [
+                dataclasses.replace(picks[0], worker_nice=nice)
+                for nice in nices
+                if nice != picks[0].worker_nice
+            ]
         # layouts the probe env can run need no start-up: run them first
         picks.sort(key=lambda layout: not _same_workers(layout, probe_layout))
         runs: dict[Layout, list[dict[str, float]]] = {}

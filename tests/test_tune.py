@@ -48,8 +48,9 @@ def test_result_structure_and_kwargs_build_a_working_env(make_pipelined):
     predicted = [row["predicted"] for row in result.table]
     assert predicted == sorted(predicted, reverse=True)
     measured = [row for row in result.table if row["measured"] is not None]
-    # verify_top=2, up to 2 more predicted within verify_close, the other mode's best
-    assert 2 <= len(measured) <= 5
+    # verify_top=2, up to 2 more predicted within verify_close, the other mode's best, the
+    # best one's other worker priority (CPU-bound envs oversubscribing the cores)
+    assert 2 <= len(measured) <= 6
     assert result.measured_steps_per_s == max(row["measured"] for row in measured)
     for row in result.table:
         assert set(row) == {"name", "mode", "kwargs", "batch_size", "predicted", "measured"}
