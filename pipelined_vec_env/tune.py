@@ -628,8 +628,10 @@ def tune(
         if "worker_nice" in env_kwargs:
             nices = (None,)
         elif nices is None:
+            # the envs' CPU demand against the cores we got (at least one: a tiny share
+            # measured in a loaded moment must not make sleeping envs look CPU-bound)
             demand = n * summary["cpu_fraction"]
-            nices = (None, NICED_WORKERS) if demand >= costs.cores else (None,)
+            nices = (None, NICED_WORKERS) if demand >= max(1.0, costs.cores) else (None,)
         summary["worker_nice_considered"] = list(nices)
         layouts = [
             layout if nice is None else dataclasses.replace(layout, worker_nice=nice)
