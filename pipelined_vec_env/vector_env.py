@@ -86,10 +86,15 @@ class PipelinedVectorEnv(VectorEnv):
             so simulators do not oversubscribe cores); None leaves them alone.
         worker_nice: Nice value of every worker process (absolute, in ``[-20, 19]``; POSIX
             ``setpriority``), set inside the worker before its envs are built, at start-up
-            and at every restart; None inherits the caller's. A positive value lets the
-            caller (the policy, the loop's critical path) preempt the simulators when they
-            share cores; see ``docs/benchmarks_rollout.md``. A value below the caller's
-            needs the privilege to raise priority (else the constructor raises
+            and at every restart; None (the default) inherits the caller's. A positive
+            value gives the caller (the policy, the loop's critical path) a larger CPU
+            share than the simulators when they share cores. The default is None because
+            nicing did not pay where measured: on issue 14's overlap workload (4 ms
+            CPU-bound steps, a policy sleeping 2 ms per observation, 4 envs, 2 cores,
+            Linux 6.18), workers at nice 10 or 19 reached 0.56-0.76 of the ideal rate with
+            2 stages and 0.38-0.47 with 4, workers at the caller's priority 0.65-0.69 and
+            0.47-0.64 (``docs/benchmarks_rollout.md``). A value below the caller's needs
+            the privilege to raise priority (else the constructor raises
             `PermissionError`).
         daemon: Start workers as daemon processes (they cannot start processes of their
             own). Set False for envs that spawn subprocesses.
