@@ -190,7 +190,7 @@ class WorkerPool:
         autoreset_mode: Any,
         ray_options: Any,
         fast_path: bool = True,
-        worker_nice: int | None = None,
+        worker_nice: int | str | None = None,
     ) -> None:
         """Start one worker per env range of ``layout`` (``(stage, [(lo, hi), ...])``), in
         parallel; `start` then waits for them. Started workers are in `handles` at once,

@@ -85,17 +85,19 @@ class PipelinedVectorEnv(VectorEnv):
         worker_threads: Cap on OpenMP/BLAS/torch threads inside each worker (default 1,
             so simulators do not oversubscribe cores); None leaves them alone.
         worker_nice: Nice value of every worker process (absolute, in ``[-20, 19]``; POSIX
-            ``setpriority``), set inside the worker before its envs are built, at start-up
-            and at every restart; None (the default) inherits the caller's. A positive
-            value gives the caller (the policy, the loop's critical path) a larger CPU
-            share than the simulators when they share cores. The default is None because
-            nicing did not pay where measured: on issue 14's overlap workload (4 ms
-            CPU-bound steps, a policy sleeping 2 ms per observation, 4 envs, 2 cores,
-            Linux 6.18), workers at nice 10 or 19 reached 0.56-0.76 of the ideal rate with
-            2 stages and 0.38-0.47 with 4, workers at the caller's priority 0.65-0.69 and
-            0.47-0.64 (``docs/benchmarks_rollout.md``). A value below the caller's needs
-            the privilege to raise priority (else the constructor raises
-            `PermissionError`).
+            ``setpriority``), or ``"idle"`` (Linux ``SCHED_IDLE``: a worker runs only when
+            no normal task wants its core, and a waking caller preempts it at once); set
+            inside the worker before its envs are built, at start-up and at every
+            restart; None (the default) inherits the caller's. Measured on issue 14's
+            overlap workload (4 ms CPU-bound steps, a policy sleeping 2 ms per
+            observation, 4 envs, 4 stages, 2 cores, Linux 6.18 EEVDF, idle machine),
+            workers at nice 10 or 19 reached 0.70-0.71 of the ideal rate, like None
+            (0.71), while ``"idle"`` reached 0.85: a nice value changes CPU shares, not
+            how fast a waking caller gets a busy core. On a machine shared with other
+            work, ``"idle"`` workers get only the CPU nothing else wants (0.34 there
+            against 0.47 for None), hence the default None
+            (``docs/benchmarks_rollout.md``). A value below the caller's needs the
+            privilege to raise priority (else the constructor raises `PermissionError`).
         daemon: Start workers as daemon processes (they cannot start processes of their
             own). Set False for envs that spawn subprocesses.
         max_restarts: Restarts allowed per worker (0: a failed worker raises). A worker
@@ -169,7 +171,7 @@ class PipelinedVectorEnv(VectorEnv):
         observation_mode: str | tuple[Space, Space] = "same",
         cpu_affinity: str | Sequence[Sequence[int]] | None = None,
         worker_threads: int | None = 1,
-        worker_nice: int | None = None,
+        worker_nice: int | str | None = None,
         daemon: bool = True,
         max_restarts: int = 0,
         step_deadline: float | None = None,
@@ -210,13 +212,17 @@ class PipelinedVectorEnv(VectorEnv):
             raise ValueError(
                 f"worker_threads: expected None or an int >= 1, got {worker_threads!r}"
             )
-        if worker_nice is not None and (
-            isinstance(worker_nice, bool)
-            or not isinstance(worker_nice, (int, np.integer))
-            or not -20 <= worker_nice <= 19
+        if (
+            worker_nice is not None
+            and worker_nice != "idle"
+            and (
+                isinstance(worker_nice, bool)
+                or not isinstance(worker_nice, (int, np.integer))
+                or not -20 <= worker_nice <= 19
+            )
         ):
             raise ValueError(
-                f"worker_nice: expected None or an int in [-20, 19], got {worker_nice!r}"
+                f"worker_nice: expected None, 'idle' or an int in [-20, 19], got {worker_nice!r}"
             )
         if info_layout not in ("batched", "per_env"):
             raise ValueError(f"info_layout: expected 'batched' or 'per_env', got {info_layout!r}")
@@ -256,7 +262,7 @@ class PipelinedVectorEnv(VectorEnv):
         self.step_deadline = step_deadline
         self.start_timeout = float(start_timeout)
         self.info_layout = info_layout
-        self.worker_nice = None if worker_nice is None else int(worker_nice)
+        self.worker_nice = worker_nice if worker_nice in (None, "idle") else int(worker_nice)
 
         # layout: stages, then workers within each stage
         layout: list[tuple[int, list[tuple[int, int]]]] = []

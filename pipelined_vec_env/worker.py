@@ -211,18 +211,26 @@ def _set_affinity(cores: tuple[int, ...] | None) -> None:
     os.sched_setaffinity(0, cores)
 
 
-def set_worker_nice(nice: int) -> None:
-    """Set this process's nice value to ``nice`` (absolute, ``setpriority``; POSIX only).
+def set_worker_nice(nice: int | str) -> None:
+    """Set this process's nice value to ``nice`` (absolute, ``setpriority``; POSIX only),
+    or with ``"idle"`` put it in Linux's ``SCHED_IDLE`` class (it runs only when no normal
+    task wants the core, and a waking normal task preempts it at once).
 
     Raises:
         PermissionError: ``nice`` is below the current value and the process may not raise
             its priority (Linux: needs ``CAP_SYS_NICE`` or ``RLIMIT_NICE``).
     """
+    if nice == "idle":
+        if not hasattr(os, "SCHED_IDLE"):
+            logger.warning("worker_nice='idle' is ignored: SCHED_IDLE is Linux-only")
+            return
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return
     if not hasattr(os, "setpriority"):
         logger.warning("worker_nice is ignored: os.setpriority is POSIX-only")
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        os.setpriority(os.PRIO_PROCESS, 0, int(nice))
     except PermissionError as exc:
         current = os.getpriority(os.PRIO_PROCESS, 0)
         raise PermissionError(
@@ -241,10 +249,10 @@ class NicedEnvFn:
 
     Args:
         env_fn: The real constructor.
-        nice: Absolute nice value, in ``[-20, 19]``.
+        nice: Absolute nice value, in ``[-20, 19]``, or ``"idle"`` (``SCHED_IDLE``).
     """
 
-    def __init__(self, env_fn: Any, nice: int) -> None:
+    def __init__(self, env_fn: Any, nice: int | str) -> None:
         self.env_fn = env_fn
         self.nice = nice
 

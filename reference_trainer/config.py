@@ -36,9 +36,9 @@ class TrainConfig:
     """Next stage to wait for: fixed round robin, or whichever stage finished first."""
     cpu_affinity: Literal["none", "auto"] = "none"
     """Pin env workers to cores ("auto") or leave placement to the OS ("none")."""
-    worker_nice: int | None = None
-    """Nice value of env workers (-20 to 19; PipelinedVectorEnv(worker_nice=...)); > 0 lets
-    the trainer's policy preempt the simulators; None: the env's default."""
+    worker_nice: int | Literal["idle"] | None = None
+    """Nice value of env workers (-20 to 19) or "idle" (SCHED_IDLE), as
+    PipelinedVectorEnv(worker_nice=...); None: the env's default (the trainer's priority)."""
     max_restarts: int = 0
     """Restarts allowed per env worker (0: a crashed simulator ends the run). A rebuilt
     worker's episodes end with truncated=True; see docs/fault_tolerance.md."""

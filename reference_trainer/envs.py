@@ -102,7 +102,7 @@ def make_vector_env(
     num_stages: int,
     envs_per_worker: int = 1,
     cpu_affinity: str | None = None,
-    worker_nice: int | None = None,
+    worker_nice: int | str | None = None,
     max_restarts: int = 0,
     step_deadline: float | None = None,
     backend: str = "multiprocessing",

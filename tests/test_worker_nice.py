@@ -49,6 +49,23 @@ def test_worker_nice_is_set_in_every_worker_and_after_a_restart(make_pipelined):
     assert envs.call_at(range(4), _nice) == (nice,) * 4  # the fresh worker too
 
 
+def _policy(env: gym.Env) -> int:
+    return os.sched_getscheduler(0)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+def test_idle_puts_every_worker_in_sched_idle_and_again_after_a_restart(make_pipelined):
+    envs = make_pipelined([_busy] * 2, num_stages=2, worker_nice="idle", max_restarts=1)
+    assert envs.worker_nice == "idle"
+    assert envs.call_at(range(2), _policy) == (os.SCHED_IDLE,) * 2
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller keeps its own
+    envs.reset(seed=0)
+    (pid,) = envs.call_at([1], _pid)
+    os.kill(pid, signal.SIGKILL)
+    envs.step(np.zeros((2, 2), dtype=np.float32))
+    assert envs.call_at(range(2), _policy) == (os.SCHED_IDLE,) * 2
+
+
 def test_default_leaves_the_inherited_nice_value(make_pipelined):
     envs = make_pipelined([_busy] * 2)
     assert envs.worker_nice is None
@@ -73,12 +90,14 @@ def test_make_vec_and_gymnasium_make_vec_pass_worker_nice():
         envs.close()
 
 
-@pytest.mark.parametrize("bad", [20, -21, 1.5, True, "5"])
+@pytest.mark.parametrize("bad", [20, -21, 1.5, True, "5", "IDLE"])
 def test_bad_worker_nice_is_refused_before_any_worker_starts(bad):
     def never() -> gym.Env:
         raise AssertionError("no worker may start")
 
-    with pytest.raises(ValueError, match=r"worker_nice: expected None or an int in \[-20, 19\]"):
+    with pytest.raises(
+        ValueError, match=r"worker_nice: expected None, 'idle' or an int in \[-20, 19\]"
+    ):
         PipelinedVectorEnv([never], worker_nice=bad)
 
 
