@@ -97,14 +97,17 @@ class LiberoTrainConfig(TrainConfig):
     budget_minutes: float | None = 15.0
     """One deadline for the whole command (demos, BC, evaluations, training); None: the
     other limits (--total-timesteps, --max-minutes) alone."""
-    demo_init_states: str = "0:8"
+    demo_init_states: str = "0:6"
     """Init states the expert demonstrates (one episode each)."""
     demo_noise_std: float = 0.0
     """DART noise on xyz while collecting demos (0: clean demos, a middling BC policy)."""
-    bc_max_epochs: int = 400
+    bc_max_epochs: int = 4000
     """Most BC epochs."""
-    bc_patience: int = 40
+    bc_patience: int = 400
     """BC stops after this many epochs without a better held-out action error."""
+    bc_heldout: Literal["random", "last"] = "last"
+    """Demos BC holds out to measure its action error: the last one (the same split for
+    every --seed) or drawn with the seed."""
 
     # -- PPO, fine-tuning defaults ---------------------------------------------------------
     num_envs: int = 4
@@ -121,9 +124,9 @@ class LiberoTrainConfig(TrainConfig):
     init_log_std_per_dim: tuple[float, ...] = (-3.0, -3.0, -3.0, -3.9, -3.9, -3.9, -3.9)
     explore_dims: tuple[int, ...] = (0, 1, 2)
     actor_learning_rate: float | None = 3e-5
-    value_warmup_iterations: int = 5
+    value_warmup_iterations: int = 20
     kl_coef: float = 1.0
-    kl_decay: float = 0.99
+    kl_decay: float = 1.0
     freeze_obs_norm: bool = True
     eval_at_start: bool = True
     max_minutes: float | None = None
@@ -290,6 +293,7 @@ def _warm_start(config: LiberoTrainConfig, run_dir: Path, deadline: float | None
             hidden_sizes=tuple(config.hidden_sizes),
             max_epochs=config.bc_max_epochs,
             patience=config.bc_patience,
+            heldout=config.bc_heldout,
             seed=config.seed,
             torch_threads=1,
         )
@@ -427,6 +431,7 @@ def _bc_control(config: LiberoTrainConfig, run_dir: Path, deadline: float | None
             max_epochs=10**9,
             patience=10**9,
             max_minutes=minutes,
+            heldout=config.bc_heldout,
             seed=config.seed,
             torch_threads=1,
         )
@@ -485,6 +490,8 @@ def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
 def main() -> None:
     """Parse the config, run the main job, print success before and after."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # PyOpenGL logs "OpenGL_accelerate module loaded" at INFO when the video renderer starts
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)
     config = tyro.cli(LiberoTrainConfig)
     if config.eval_video or config.cameras:
         # headless rendering; an explicit MUJOCO_GL (e.g. osmesa) wins

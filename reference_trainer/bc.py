@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -81,6 +81,9 @@ class BCConfig:
     """Adam(W) weight decay."""
     val_fraction: float = 0.2
     """Fraction of the demos (whole episodes) held out to measure the action error."""
+    heldout: Literal["random", "last"] = "random"
+    """Which demos are held out: drawn with --seed, or the file's last ones (the split
+    then does not change with the seed; only the network init and minibatch order do)."""
     min_std: float = 0.01
     """Floor of the normaliser's per-feature std: a feature (nearly) constant over the
     demos must not become a huge input when it moves a little at test time."""
@@ -109,7 +112,8 @@ class BCResult:
             element on held-out demos, at the best epoch), ``heldout_mse_baseline`` (the
             same for predicting the training demos' mean action), ``heldout_rmse_per_dim``
             (one per action dimension), ``best_epoch``, ``epochs``, ``train_samples``,
-            ``heldout_samples``, ``train_demos``, ``heldout_demos``, ``wall_s``.
+            ``heldout_samples``, ``train_demos``, ``heldout_demos``,
+            ``heldout_demo_indices`` (positions in the demo file), ``wall_s``.
         curve: ``(epoch, train_mse, heldout_mse)`` per epoch.
         eval: LIBERO evaluation (``successes`` per init state, ``success_rate``) or None.
     """
@@ -247,7 +251,10 @@ def train_bc(config: BCConfig) -> BCResult:
         raise ValueError(
             f"{config.demos}: {len(demo_set)} demo(s); BC needs >= 2 (one is held out)"
         )
-    order = np.random.default_rng(config.seed).permutation(len(demo_set))
+    if config.heldout == "last":
+        order = np.arange(len(demo_set))[::-1]
+    else:
+        order = np.random.default_rng(config.seed).permutation(len(demo_set))
     n_val = min(len(order) - 1, max(1, round(config.val_fraction * len(order))))
     val_demos = [demo_set.demos[i] for i in sorted(order[:n_val])]
     train_demos = [demo_set.demos[i] for i in sorted(order[n_val:])]
@@ -314,6 +321,7 @@ def train_bc(config: BCConfig) -> BCResult:
         "epochs": epoch,
         "train_demos": len(train_demos),
         "heldout_demos": len(val_demos),
+        "heldout_demo_indices": [int(i) for i in sorted(order[:n_val])],
         "train_samples": int(n),
         "heldout_samples": int(len(val_y)),
         "wall_s": time.perf_counter() - start,

@@ -126,6 +126,8 @@ class TrainConfig:
     keeps the fine-tuned actor near its warm start while the critic is still poor."""
     kl_decay: float = 1.0
     """Factor applied to --kl-coef every iteration after the value warm-up."""
+    kl_coef_min: float = 0.0
+    """Floor of the decaying KL coefficient (the pull to the warm start never ends)."""
     freeze_obs_norm: bool = False
     """Keep the observation normaliser as loaded (a BC actor's inputs stay what it was
     trained on) instead of updating it from rollouts."""
@@ -171,7 +173,11 @@ class TrainConfig:
     tensorboard: bool = True
     """Write TensorBoard scalars to the run directory."""
     progress: bool = True
-    """Show a tqdm progress bar."""
+    """Show a tqdm progress bar of env steps. Its fields, from the last rollout: ret (mean
+    return of the training episodes that ended in it), succ (their success rate: the
+    exploring policy on training init states, not the evaluation), sps (env steps per
+    second of rollout wall time), bubble (fraction of that time the policy sat idle).
+    During an evaluation the bar says so."""
     profile: bool = False
     """Profile the rollouts (updates and evaluations left out): write trace.json (Perfetto /
     chrome://tracing), timeline.png and profile.json (the summary) into the run directory

@@ -398,6 +398,16 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
 
         def run_evaluation(video: bool, then_train: bool = False) -> dict[str, Any]:
             eval_start = time.perf_counter()
+            assert progress is not None
+            train_desc = getattr(progress, "desc", "train")  # a disabled bar has none
+            what = "before any update" if iteration == 0 else f"at iteration {iteration}"
+            logger.info(
+                "evaluating %s: %d deterministic episodes on the %d envs",
+                what,
+                config.eval_episodes,
+                config.num_envs,
+            )
+            progress.set_description(f"eval {what} ({config.eval_episodes} episodes)")
             agent.eval()
             assert collector is not None
             if isinstance(collector, DecoupledRolloutCollector):
@@ -429,6 +439,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 )
             video_s = time.perf_counter() - video_start
             agent.train()
+            progress.set_description(train_desc)
             entry = {"iteration": iteration, "global_step": global_step, **result.as_scalars()}
             entry["video"] = result.video_path
             entry["wall_s"] = time.perf_counter() - eval_start
@@ -484,6 +495,8 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             kl_coef = config.kl_coef * config.kl_decay ** max(
                 0, iteration - 1 - config.value_warmup_iterations
             )
+            if config.kl_coef > 0:
+                kl_coef = max(kl_coef, config.kl_coef_min)
             losses = ppo_update(
                 agent,
                 optimizer,

@@ -84,6 +84,27 @@ def test_bc_lowers_the_heldout_action_error(tmp_path, chunk_size):
     assert torch.all(state["actor"]["obs_rms.var"] > 0.01**2 - 1e-12)
 
 
+def test_bc_holds_out_the_last_demos_whatever_the_seed(tmp_path):
+    demos = tmp_path / "demos.hdf5"
+    _synthetic_demos(demos, obs_dim=4, action_dim=2, num_demos=6, length=10)
+
+    def heldout(seed: int, how: str) -> list[int]:
+        config = BCConfig(
+            demos=str(demos),
+            output=str(tmp_path / f"bc_{how}_{seed}.pt"),
+            obs_keys=("obs",),
+            hidden_sizes=(8,),
+            max_epochs=2,
+            heldout=how,
+            seed=seed,
+        )
+        return train_bc(config).metrics["heldout_demo_indices"]
+
+    assert heldout(1, "last") == heldout(2, "last") == [5]  # 20% of 6 demos: one
+    drawn = {tuple(heldout(seed, "random")) for seed in range(4)}
+    assert len(drawn) > 1  # drawn with the seed: some seeds hold out another demo
+
+
 def _tiny(tmp_path: Path, name: str, **overrides) -> TrainConfig:
     config = tiny_train_config(
         tmp_path,

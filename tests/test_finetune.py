@@ -109,7 +109,8 @@ def test_after_the_warmup_the_actor_moves_and_the_kl_term_pulls_back(tmp_path, w
             value_warmup_iterations=1,
             kl_coef=0.5,
             kl_decay=0.5,
-            total_timesteps=48,
+            kl_coef_min=0.3,
+            total_timesteps=64,
             eval_at_start=True,
         ),
         ReachFactory(),
@@ -119,8 +120,9 @@ def test_after_the_warmup_the_actor_moves_and_the_kl_term_pulls_back(tmp_path, w
     assert not torch.equal(start["obs_rms.count"], after["obs_rms.count"])  # not frozen here
     state = torch.load(find_checkpoint(summary["run_dir"]), weights_only=False)
     history = state["history"]
-    assert [h["value_warmup"] for h in history] == [1.0, 0.0, 0.0]
-    assert [h["kl_coef"] for h in history] == pytest.approx([0.5, 0.5, 0.25])
+    assert [h["value_warmup"] for h in history] == [1.0, 0.0, 0.0, 0.0]
+    # decays by 0.5 an iteration after the warm-up, down to its floor of 0.3
+    assert [h["kl_coef"] for h in history] == pytest.approx([0.5, 0.5, 0.3, 0.3])
     assert history[0]["train/kl_ref"] == 0.0 and history[2]["train/kl_ref"] > 0.0
 
 
