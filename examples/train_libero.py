@@ -3,13 +3,14 @@
 With no arguments this is one run of at most ``--budget-minutes`` 15 for the whole
 command on a 2-core CPU, in five steps:
 
-1. demos: a scripted expert (privileged sim state) plays ``--demo-init-states`` (8 init
+1. demos: a scripted expert (privileged sim state) plays ``--demo-init-states`` (6 init
    states, no noise), collected through a `PipelinedVectorEnv`;
-2. BC: the PPO actor is cloned on them (goal features, a 2x128 MLP);
+2. BC: the PPO actor is cloned on them (goal features, a 2x128 MLP) until the held-out
+   action error stops improving (BC's plateau, so that more BC would not do better);
 3. evaluate: the BC policy, deterministic, on ``--eval-init-states`` (20 init states no
    demo used), on the training envs' workers in parallel;
 4. PPO fine-tuning from the BC weights on the training init states (value warm-up, a low
-   per-dimension std, a KL pull to the BC policy that decays), 2-stage pipelined rollout,
+   per-dimension std, a KL pull to the BC policy), 2-stage pipelined rollout,
    until the deadline leaves just enough time for
 5. evaluate: the same 20 init states.
 
