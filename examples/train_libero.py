@@ -460,27 +460,33 @@ def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
 
     evaluations = summary.get("evaluations") or []
     fig, (ax_s, ax_r) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+
+    def smoothed(curve: list[Any]) -> tuple[Sequence[float], np.ndarray, int]:
+        # a training iteration ends ~1 episode per env: a moving mean over iterations
+        steps, values = zip(*curve, strict=True)
+        k = max(1, min(25, len(values) // 8))
+        return steps[k - 1 :], np.convolve(np.asarray(values), np.ones(k) / k, "valid"), k
+
     curve = summary.get("success_curve") or []
     if curve:
-        steps, rate = zip(*curve, strict=True)
-        k = max(1, min(10, len(rate) // 5))
-        smooth = np.convolve(np.asarray(rate), np.ones(k) / k, mode="valid")
-        ax_s.plot(steps[k - 1 :], smooth, label=f"training episodes (mean of {k} iterations)")
+        steps, smooth, k = smoothed(curve)
+        ax_s.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
     points = [(e["global_step"], e["success_rate"]) for e in evaluations if "success_rate" in e]
     if points:
         ax_s.plot(*zip(*points, strict=True), "o-", label="evaluation (deterministic, held-out)")
     ax_s.set_ylabel("success rate")
     ax_s.set_ylim(-0.05, 1.05)
-    ax_s.legend(loc="lower right", fontsize=8)
-    returns = [tuple(point) for point in summary.get("return_curve") or []]
+    ax_s.legend(loc="best", fontsize=8)
+    returns = summary.get("return_curve") or []
     if returns:
-        ax_r.plot(*zip(*returns, strict=True), label="training episodes")
+        steps, smooth, k = smoothed(returns)
+        ax_r.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
     ret_points = [(e["global_step"], e["return_mean"]) for e in evaluations if "return_mean" in e]
     if ret_points:
         ax_r.plot(*zip(*ret_points, strict=True), "o-", label="evaluation")
     ax_r.set_ylabel("return per episode")
     ax_r.set_xlabel("env steps")
-    ax_r.legend(loc="lower right", fontsize=8)
+    ax_r.legend(loc="best", fontsize=8)
     fig.suptitle(f"{summary.get('mode', '')}: {Path(summary['run_dir']).name}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
