@@ -351,6 +351,14 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             iteration, global_step = state["iteration"], state["global_step"]
             history, evaluations = state["history"], state["evaluations"]
             wall_before = state.get("wall_s", 0.0)
+            if reference is not None:
+                if state.get("kl_reference") is None:
+                    raise ValueError(
+                        f"--resume {resume_from}: --kl-coef > 0 but the checkpoint holds no KL "
+                        "reference (the run was trained without the KL term); resume with "
+                        "--kl-coef 0 or start a new run with --init-checkpoint"
+                    )
+                reference.load_state_dict(state["kl_reference"])
             logger.info(
                 "resumed from %s at iteration %d, step %d", resume_from, iteration, global_step
             )
@@ -391,6 +399,8 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                     "global_step": global_step,
                     "history": history,
                     "evaluations": evaluations,
+                    # the KL term's frozen warm start: a resumed run pulls towards it too
+                    "kl_reference": None if reference is None else reference.state_dict(),
                     "wall_s": wall_before + time.perf_counter() - start,
                     "config": dataclasses.asdict(config),
                 },

@@ -126,6 +126,26 @@ def test_after_the_warmup_the_actor_moves_and_the_kl_term_pulls_back(tmp_path, w
     assert history[0]["train/kl_ref"] == 0.0 and history[2]["train/kl_ref"] > 0.0
 
 
+def test_a_resumed_run_keeps_pulling_towards_the_warm_start(tmp_path, warm_start):
+    start = _weights(warm_start)
+    config = _config(tmp_path, "resumed", init_checkpoint=warm_start, kl_coef=0.5)
+    first = train(config, ReachFactory())
+    resumed = dataclasses.replace(
+        config, init_checkpoint=None, resume=first["run_dir"], total_timesteps=48
+    )
+    assert train(resumed, ReachFactory())["iterations"] == 3
+    state = torch.load(find_checkpoint(first["run_dir"]), weights_only=False)
+    for key, value in state["kl_reference"].items():
+        if key.startswith(("actor_mean", "actor_encoder")):
+            assert torch.equal(value, start[key]), key  # the warm start, not a fresh init
+    plain = _config(tmp_path, "plain")  # trained without the KL term: nothing to pull to
+    train(plain, ReachFactory())
+    with pytest.raises(ValueError, match="KL reference"):
+        train(
+            dataclasses.replace(plain, resume=str(tmp_path / "plain"), kl_coef=0.5), ReachFactory()
+        )
+
+
 def test_summary_reports_success_before_and_after_on_fixed_init_states(tmp_path, warm_start):
     summary = train(
         _config(tmp_path, "evals", init_checkpoint=warm_start, eval_at_start=True),
