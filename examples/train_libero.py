@@ -6,7 +6,8 @@ command on a 2-core CPU, in five steps:
 1. demos: a scripted expert (privileged sim state) plays ``--demo-init-states`` (6 init
    states, no noise), collected through a `PipelinedVectorEnv`;
 2. BC: the PPO actor is cloned on them (goal features, a 2x128 MLP) until the held-out
-   action error stops improving (BC's plateau, so that more BC would not do better);
+   action error has not improved for 400 epochs (more BC barely raises its success:
+   --bc-control);
 3. evaluate: the BC policy, deterministic, on ``--eval-init-states`` (20 init states no
    demo used), on the training envs' workers in parallel;
 4. PPO fine-tuning from the BC weights on the training init states (value warm-up, a low
