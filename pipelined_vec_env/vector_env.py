@@ -8,22 +8,21 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Env, Space
-from gymnasium.error import ClosedEnvironmentError, NoAsyncCallError
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import (
-    batch_differing_spaces,
-    batch_space,
-)
 
+from .arguments import check_arguments
 from .batching import check_actions, to_numpy
+from .calls import EnvCalls
 from .decoupled import DecoupledState
-from .errors import WaitTimeoutError
+from .decoupled_methods import DecoupledMethods
+from .env_spaces import spaces_from_descriptions
 from .observations import ObservationStore
 from .pool import WorkerPool
 from .profiling import Profiler
-from .stage_stepping import CallInFlight, StageStepping
-from .stages import Stage, check_startable, split_range, wait_any_stage
+from .reset_arguments import reset_arguments
+from .stage_stepping import StageStepping
+from .stages import Stage, check_startable, wait_any_stage
 from .transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
@@ -31,7 +30,7 @@ __all__ = ["PipelinedVectorEnv"]
 logger = logging.getLogger(__name__)
 
 
-class PipelinedVectorEnv(VectorEnv):
+class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
     """A gymnasium ``VectorEnv`` whose envs live in subprocess workers grouped into stages.
 
     Each stage has its own ``step_async(actions, stage)`` / ``step_wait(stage)``, so a
@@ -188,103 +187,54 @@ class PipelinedVectorEnv(VectorEnv):
             start_timeout=300.0, step_deadline=None, max_restarts=0, profiler=None
         )
         self._obs: ObservationStore | None = None
-        env_fns = list(env_fns)
-        if not env_fns or not all(callable(fn) for fn in env_fns):
-            raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
-        num_envs = len(env_fns)
-        if not isinstance(num_stages, (int, np.integer)) or not 1 <= num_stages <= num_envs:
-            raise ValueError(f"num_stages: expected an int in [1, {num_envs}], got {num_stages!r}")
-        if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
-            raise ValueError(f"envs_per_worker: expected an int >= 1, got {envs_per_worker!r}")
-        if not isinstance(max_restarts, (int, np.integer)) or max_restarts < 0:
-            raise ValueError(f"max_restarts: expected an int >= 0, got {max_restarts!r}")
-        if step_deadline is not None and not step_deadline > 0:
-            raise ValueError(f"step_deadline: expected None or seconds > 0, got {step_deadline!r}")
-        if (
-            isinstance(start_timeout, bool)
-            or not isinstance(start_timeout, (int, float, np.integer, np.floating))
-            or not 0 < start_timeout < float("inf")
-        ):
-            raise ValueError(f"start_timeout: expected finite seconds > 0, got {start_timeout!r}")
-        if worker_threads is not None and (
-            not isinstance(worker_threads, int) or worker_threads < 1
-        ):
-            raise ValueError(
-                f"worker_threads: expected None or an int >= 1, got {worker_threads!r}"
-            )
-        if (
-            worker_nice is not None
-            and worker_nice != "idle"
-            and (
-                isinstance(worker_nice, bool)
-                or not isinstance(worker_nice, (int, np.integer))
-                or not -20 <= worker_nice <= 19
-            )
-        ):
-            raise ValueError(
-                f"worker_nice: expected None, 'idle' or an int in [-20, 19], got {worker_nice!r}"
-            )
-        if info_layout not in ("batched", "per_env"):
-            raise ValueError(f"info_layout: expected 'batched' or 'per_env', got {info_layout!r}")
-        if backend not in ("multiprocessing", "ray"):
-            raise ValueError(f"backend: expected 'multiprocessing' or 'ray', got {backend!r}")
-        if backend != "ray" and ray_options is not None:
-            raise ValueError("ray_options: only used with backend='ray'")
-        if backend == "ray" and cpu_affinity is not None:
-            raise ValueError(
-                "cpu_affinity: not available with backend='ray' (Ray places the actors; "
-                "reserve CPUs with ray_options num_cpus)"
-            )
-        if not (
-            observation_mode in ("same", "different")
-            or (isinstance(observation_mode, tuple) and len(observation_mode) == 2)
-        ):
-            raise ValueError(
-                "observation_mode: expected 'same', 'different' or a tuple "
-                f"(batched_space, single_space), got {observation_mode!r}"
-            )
-        self.autoreset_mode = (
-            autoreset_mode
-            if isinstance(autoreset_mode, AutoresetMode)
-            else AutoresetMode(autoreset_mode)
+        args = check_arguments(
+            env_fns,
+            num_stages=num_stages,
+            envs_per_worker=envs_per_worker,
+            max_restarts=max_restarts,
+            step_deadline=step_deadline,
+            start_timeout=start_timeout,
+            worker_threads=worker_threads,
+            worker_nice=worker_nice,
+            info_layout=info_layout,
+            backend=backend,
+            ray_options=ray_options,
+            cpu_affinity=cpu_affinity,
+            observation_mode=observation_mode,
+            autoreset_mode=autoreset_mode,
+            shared_memory=shared_memory,
         )
-        self.env_fns = env_fns
-        self.num_envs = num_envs
-        self.num_stages = int(num_stages)
-        self.envs_per_worker = int(envs_per_worker)
+        self.autoreset_mode = args.autoreset_mode
+        self.env_fns = args.env_fns
+        self.num_envs = args.num_envs
+        self.num_stages = args.num_stages
+        self.envs_per_worker = args.envs_per_worker
         self.copy = copy
-        self.observation_mode = observation_mode
-        self.backend = backend
-        # envs may live on other machines: observations travel through Ray's object store
-        self.shared_memory = shared_memory and backend == "multiprocessing"
-        shared_memory = self.shared_memory
-        self.max_restarts = int(max_restarts)
-        self.step_deadline = step_deadline
-        self.start_timeout = float(start_timeout)
-        self.info_layout = info_layout
-        self.worker_nice = worker_nice if worker_nice in (None, "idle") else int(worker_nice)
-
-        # layout: stages, then workers within each stage
-        layout: list[tuple[int, list[tuple[int, int]]]] = []
-        for s, (lo, hi) in enumerate(split_range(0, num_envs, self.num_stages)):
-            n_workers = -(-(hi - lo) // self.envs_per_worker)
-            layout.append((s, split_range(lo, hi, n_workers)))
-        self.cpu_affinity = cpu_affinity
-        self.stage_slices: tuple[slice, ...] = tuple(slice(w[0][0], w[-1][1]) for _, w in layout)
+        self.observation_mode = args.observation_mode
+        self.backend = args.backend
+        self.shared_memory = args.shared_memory
+        self.max_restarts = args.max_restarts
+        self.step_deadline = args.step_deadline
+        self.start_timeout = args.start_timeout
+        self.info_layout = args.info_layout
+        self.worker_nice = args.worker_nice
+        self.cpu_affinity = args.cpu_affinity
+        self.stage_slices: tuple[slice, ...] = args.stage_slices
+        recorder = self.profiler if profile else None
         self._pool = WorkerPool(
             start_timeout=self.start_timeout,
-            step_deadline=step_deadline,
+            step_deadline=self.step_deadline,
             max_restarts=self.max_restarts,
-            profiler=self.profiler if profile else None,
+            profiler=recorder,
         )
         self.closed = False
         try:
             self._pool.spawn(
-                layout,
-                env_fns,
-                backend=backend,
+                args.layout,
+                self.env_fns,
+                backend=self.backend,
                 context=context,
-                cpu_affinity=cpu_affinity,
+                cpu_affinity=self.cpu_affinity,
                 worker_threads=worker_threads,
                 daemon=daemon,
                 autoreset_mode=self.autoreset_mode,
@@ -293,74 +243,44 @@ class PipelinedVectorEnv(VectorEnv):
                 worker_nice=self.worker_nice,
             )
             self.context = self._pool.context
-            self._setup_spaces(self._pool.start())
+            found = spaces_from_descriptions(
+                self._pool.start(), self.num_envs, self.observation_mode, self.autoreset_mode
+            )
         except BaseException:
             self.close(terminate=True)
             raise
-
+        self.metadata = found.metadata
+        self.render_mode = found.render_mode
+        self.env_spec = found.env_spec
+        self.single_action_space = found.single_action_space
+        self.action_space = found.action_space
+        self.single_observation_space = found.single_observation_space
+        self.observation_space = found.observation_space
         self.stages: tuple[Stage, ...] = tuple(
             Stage(
                 s,
                 self.stage_slices[s],
                 [h for h in self._pool.handles if h.stage == s],
-                profiler=self.profiler if profile else None,
+                profiler=recorder,
             )
             for s in range(self.num_stages)
         )
-        self._obs = ObservationStore(self.single_observation_space, num_envs, shared_memory)
-        self._pool.attach(self.single_observation_space, self._obs.buffers, num_envs)
+        self._obs = ObservationStore(
+            self.single_observation_space, self.num_envs, self.shared_memory
+        )
+        self._pool.attach(self.single_observation_space, self._obs.buffers, self.num_envs)
         self.decoupled = DecoupledState(self, self._pool, self._obs)
         self._stepping = StageStepping(
             self.stages,
             self._pool,
             self._obs,
             self.decoupled,
-            num_envs=num_envs,
+            num_envs=self.num_envs,
             autoreset_mode=self.autoreset_mode,
             max_restarts=self.max_restarts,
         )
-        self._pending_call: CallInFlight | None = None  # a call started by call_async
-
-    # ------------------------------------------------------------------ set-up
-
-    def _setup_spaces(self, descriptions: list[dict[str, Any]]) -> None:
-        obs_spaces = [s for d in descriptions for s in d["observation_spaces"]]
-        act_spaces = [s for d in descriptions for s in d["action_spaces"]]
-        first = descriptions[0]
-        self.metadata = dict(first["metadata"])
-        self.metadata["autoreset_mode"] = self.autoreset_mode
-        self.render_mode = first["render_mode"]
-        self.env_spec = first["spec"]
-        self.single_action_space = act_spaces[0]
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
-        mode = self.observation_mode
-        if isinstance(mode, tuple):
-            self.observation_space, self.single_observation_space = mode
-        elif mode == "same":
-            self.single_observation_space = obs_spaces[0]
-            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        else:
-            self.single_observation_space = obs_spaces[0]
-            self.observation_space = batch_differing_spaces(obs_spaces)
-        for i, (obs_space, act_space) in enumerate(zip(obs_spaces, act_spaces, strict=False)):
-            if mode == "same" and obs_space != self.single_observation_space:
-                raise RuntimeError(
-                    f"observation_mode='same' but env {i}'s observation space {obs_space} "
-                    f"differs from env 0's {self.single_observation_space}; use "
-                    "observation_mode='different' if this is intended"
-                )
-            if mode != "same" and not is_space_dtype_shape_equiv(
-                obs_space, self.single_observation_space
-            ):
-                raise RuntimeError(
-                    f"env {i}'s observation space {obs_space} does not share shape and dtype "
-                    f"with {self.single_observation_space}"
-                )
-            if act_space != self.single_action_space:
-                raise RuntimeError(
-                    f"env {i}'s action space {act_space} differs from env 0's "
-                    f"{self.single_action_space}"
-                )
+        self._attach_calls(self._stepping, self._check_open)
+        self._attach_decoupled(self._stepping, self._check_open)
 
     # ------------------------------------------------------------------ helpers
 
@@ -415,54 +335,6 @@ class PipelinedVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ reset
 
-    def _reset_arguments(
-        self, seed: Any, options: Any, envs: slice
-    ) -> tuple[list[Any], list[dict[str, Any] | None], np.ndarray]:
-        """Per-env seeds, per-env options and the reset mask for a reset of ``envs``.
-
-        Raises:
-            ValueError / TypeError: Bad ``seed`` or ``options`` (see [`reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async]).
-        """
-        n = envs.stop - envs.start
-        if seed is None:
-            seeds: list[Any] = [None] * n
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-            seeds = [int(seed) + i for i in range(envs.start, envs.stop)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(
-                    f"seed: a list of seeds must have one entry per env of the call ({n}), "
-                    f"got {len(seeds)}"
-                )
-        mask = np.ones(n, dtype=np.bool_)
-        if options is None or isinstance(options, dict):
-            env_options = dict(options) if options is not None else None
-            if env_options is not None and "reset_mask" in env_options:
-                mask = env_options.pop("reset_mask")
-                if not isinstance(mask, np.ndarray):
-                    raise TypeError(
-                        f"options['reset_mask']: expected a numpy array, got {type(mask)}"
-                    )
-                if mask.shape != (n,):
-                    raise ValueError(
-                        f"options['reset_mask']: expected shape ({n},) (one per env of the "
-                        f"call), got {mask.shape}"
-                    )
-                if mask.dtype != np.bool_:
-                    raise TypeError(f"options['reset_mask']: expected dtype bool, got {mask.dtype}")
-                if not mask.any():
-                    raise ValueError("options['reset_mask']: expected at least one True entry")
-            per_env = [env_options] * n
-        else:
-            per_env = list(options)
-            if len(per_env) != n or not all(o is None or isinstance(o, dict) for o in per_env):
-                raise ValueError(
-                    f"options: a list of options must hold one dict (or None) per env of the "
-                    f"call ({n}), got {options!r}"
-                )
-        return seeds, per_env, mask
-
     def reset(
         self,
         *,
@@ -505,7 +377,7 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         stages, envs = self._select(stage)
-        seeds, per_env, mask = self._reset_arguments(seed, options, envs)
+        seeds, per_env, mask = reset_arguments(seed, options, envs)
         check_startable(stages, "reset", stage is None)
         self.decoupled.check_free(envs, "reset")
         self._stepping.send_reset(stages, envs, seeds, per_env, mask, stage is None)
@@ -619,177 +491,6 @@ class PipelinedVectorEnv(VectorEnv):
         """
         self._check_open()
         return wait_any_stage(list(self.stages), self._pool, timeout)
-
-    # ------------------------------------------------------------------ decoupled
-
-    def async_reset(
-        self,
-        seed: int | Sequence[int | None] | None = None,
-        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
-    ) -> None:
-        """Start resetting every env for decoupled stepping (EnvPool's ``async_reset``).
-
-        Afterwards, [`recv`][pipelined_vec_env.PipelinedVectorEnv.recv] returns the results of whichever envs are ready and
-        [`send`][pipelined_vec_env.PipelinedVectorEnv.send] steps any subset of the received envs; every env advances at its own
-        pace. ``seed`` and ``options`` work as in [`reset_async`][pipelined_vec_env.PipelinedVectorEnv.reset_async] (``reset_mask`` is
-        not supported here). Autoreset follows ``autoreset_mode``.
-
-        Raises:
-            RuntimeError: A stage has a call in flight, or envs are still in flight from
-                an earlier ``send``.
-        """
-        self._check_open()
-        self.decoupled.check_can_reset()
-        everything = slice(0, self.num_envs)
-        seeds, per_env, mask = self._reset_arguments(seed, options, everything)
-        if not mask.all():
-            raise ValueError("async_reset: options['reset_mask'] is not supported; reset all envs")
-        self._stepping.revive_dead(list(self.stages), mask, everything)
-        self.decoupled.async_reset(seeds, per_env)
-
-    def recv(
-        self, batch_size: int | None = None, timeout: float | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Return the results of at least ``batch_size`` envs (None: whatever is ready, at
-        least one), waiting if needed.
-
-        Returns:
-            ``(observations, rewards, terminations, truncations, infos)`` batched over the
-            returned envs, in arrival order; ``infos["env_id"]`` (int64) holds their global
-            ids. A reset's result has reward 0 and no termination. Counts are in envs.
-
-        Raises:
-            NoAsyncCallError: No [`async_reset`][pipelined_vec_env.PipelinedVectorEnv.async_reset] first.
-            ValueError: ``batch_size`` larger than the envs in flight.
-            WaitTimeoutError: Fewer than ``batch_size`` results within ``timeout``
-                seconds; what arrived stays queued for the next ``recv``.
-            WorkerCrashedError / the worker's exception: A worker failed (past
-                ``max_restarts``); its envs leave the decoupled flow (reset them), the
-                others go on. Within the bound the worker is rebuilt here instead: its
-                envs whose step was lost are returned with ``truncated=True`` and
-                ``info["worker_restarted"]``; a sibling not in flight gets that result
-                from its next [`send`][pipelined_vec_env.PipelinedVectorEnv.send] (docs/fault_tolerance.md).
-        """
-        self._check_open()
-        return self.decoupled.recv(batch_size, timeout)
-
-    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
-        """Send actions to envs returned by [`recv`][pipelined_vec_env.PipelinedVectorEnv.recv] and not yet sent (any subset).
-
-        Args:
-            actions: A batch with one action per id, in gymnasium's batched layout (numpy
-                or torch).
-            env_ids: Global env ids, as in ``infos["env_id"]``.
-
-        Raises:
-            ValueError: Unknown, duplicate or not-received ids, or bad actions (before any
-                worker is touched).
-        """
-        self._check_open()
-        self.decoupled.send(actions, env_ids)
-
-    # ------------------------------------------------------------------ calls
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call ``name`` on every env (its value if it is not callable), like gymnasium.
-
-        Every stage must be idle.
-
-        Returns:
-            One result per env, in env order.
-        """
-        return self.call_at(None, name, *args, **kwargs)
-
-    def call_at(
-        self,
-        env_indices: Sequence[int] | None,
-        name: str | Callable[..., Any],
-        *args: Any,
-        **kwargs: Any,
-    ) -> tuple[Any, ...]:
-        """Like [`call`][pipelined_vec_env.PipelinedVectorEnv.call] but only on the envs ``env_indices`` (global; None: all).
-
-        ``name`` may also be a picklable function, called in the worker as
-        ``name(env, *args, **kwargs)`` with the (wrapped) env, e.g. to check its wrappers.
-        The stages holding those envs must be idle; other stages may be busy.
-
-        Returns:
-            One result per selected env, in the order of ``env_indices``.
-        """
-        self._check_open()
-        self._pending_call = self._stepping.start_call(env_indices, name, args, kwargs)
-        return self.call_wait()
-
-    def call_async(self, name: str | Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Start calling ``name`` on every env and return (gymnasium ``AsyncVectorEnv``'s
-        ``call_async``); collect the results with [`call_wait`][pipelined_vec_env.PipelinedVectorEnv.call_wait].
-
-        Raises:
-            AlreadyPendingCallError: A stage has a call in flight.
-        """
-        self._check_open()
-        self._pending_call = self._stepping.start_call(None, name, args, kwargs)
-
-    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """Wait for the call started by [`call_async`][pipelined_vec_env.PipelinedVectorEnv.call_async].
-
-        Args:
-            timeout: Seconds to wait; None waits as long as the workers are alive (a dead
-                worker is noticed at once).
-
-        Returns:
-            One result per env, in env order.
-
-        Raises:
-            NoAsyncCallError: No call in flight.
-            WaitTimeoutError: Timed out; the call stays in flight and a later
-                ``call_wait`` returns its results.
-            The env's exception / WorkerCrashedError: A worker failed (the call ends).
-        """
-        self._check_open()
-        if self._pending_call is None:
-            raise NoAsyncCallError("call_wait without a prior call_async", "call")
-        try:
-            result = self._stepping.gather(self._pending_call, timeout)
-        except WaitTimeoutError:
-            raise
-        except BaseException:
-            self._pending_call = None
-            raise
-        self._pending_call = None
-        return result
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Get attribute ``name`` of every env (through wrappers), like gymnasium."""
-        return self.call(name)
-
-    def set_attr(self, name: str, values: Any) -> None:
-        """Set attribute ``name`` on every env.
-
-        Args:
-            name: Attribute name (set through wrappers with ``set_wrapper_attr``).
-            values: A list or tuple with one value per env, or one value for all.
-
-        Raises:
-            ValueError: A list/tuple whose length is not ``num_envs``.
-        """
-        self.set_attr_at(None, name, values)
-
-    def set_attr_at(self, env_indices: Sequence[int] | None, name: str, values: Any) -> None:
-        """Like [`set_attr`][pipelined_vec_env.PipelinedVectorEnv.set_attr] but only on the envs ``env_indices`` (global; None: all)."""
-        self._check_open()
-        count = self.num_envs if env_indices is None else len(env_indices)
-        if not isinstance(values, (list, tuple)):
-            values = [values] * count
-        if len(values) != count:
-            raise ValueError(
-                f"values: expected one value per env ({count}) or a single value, got {len(values)}"
-            )
-        self._stepping.gather(self._stepping.start_set_attr(env_indices, name, values))
-
-    def render(self) -> tuple[Any, ...]:
-        """Return one rendered frame per env (``render_mode`` set at env construction)."""
-        return self.call("render")
 
     # ------------------------------------------------------------------ close
 
