@@ -468,26 +468,28 @@ def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
         k = max(1, min(25, len(values) // 8))
         return steps[k - 1 :], np.convolve(np.asarray(values), np.ones(k) / k, "valid"), k
 
-    curve = summary.get("success_curve") or []
-    if curve:
-        steps, smooth, k = smoothed(curve)
-        ax_s.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
-    points = [(e["global_step"], e["success_rate"]) for e in evaluations if "success_rate" in e]
-    if points:
-        ax_s.plot(*zip(*points, strict=True), "o-", label="evaluation (deterministic, held-out)")
-    ax_s.set_ylabel("success rate")
+    panels = (  # (axes, training curve, evaluation key, evaluation label, y label)
+        (
+            ax_s,
+            "success_curve",
+            "success_rate",
+            "evaluation (deterministic, held-out)",
+            "success rate",
+        ),
+        (ax_r, "return_curve", "return_mean", "evaluation", "return per episode"),
+    )
+    for ax, curve_key, eval_key, eval_label, ylabel in panels:
+        curve = summary.get(curve_key) or []
+        if curve:
+            steps, smooth, k = smoothed(curve)
+            ax.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
+        points = [(e["global_step"], e[eval_key]) for e in evaluations if eval_key in e]
+        if points:
+            ax.plot(*zip(*points, strict=True), "o-", label=eval_label)
+        ax.set_ylabel(ylabel)
+        ax.legend(loc="best", fontsize=8)
     ax_s.set_ylim(-0.05, 1.05)
-    ax_s.legend(loc="best", fontsize=8)
-    returns = summary.get("return_curve") or []
-    if returns:
-        steps, smooth, k = smoothed(returns)
-        ax_r.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
-    ret_points = [(e["global_step"], e["return_mean"]) for e in evaluations if "return_mean" in e]
-    if ret_points:
-        ax_r.plot(*zip(*ret_points, strict=True), "o-", label="evaluation")
-    ax_r.set_ylabel("return per episode")
     ax_r.set_xlabel("env steps")
-    ax_r.legend(loc="best", fontsize=8)
     fig.suptitle(f"{summary.get('mode', '')}: {Path(summary['run_dir']).name}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
