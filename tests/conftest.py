@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -109,3 +110,13 @@ class ActionRecordingEnv(gym.Env):
     def step(self, action: Any):
         self.last_action = action
         return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def rollout_array_fields() -> tuple[str, ...]:
+    """Names of the per-step arrays of a `reference_trainer.rollout.Rollout` (every field but
+    its episode records and timings), in declaration order."""
+    from reference_trainer.rollout import Rollout
+
+    return tuple(
+        f.name for f in dataclasses.fields(Rollout) if f.name not in ("episodes", "timings")
+    )

@@ -33,6 +33,7 @@ from reference_trainer.evaluation import evaluate
 from reference_trainer.ppo import compute_gae
 from reference_trainer.rollout import RolloutCollector
 from reference_trainer.train import train
+from tests.conftest import rollout_array_fields
 from tests.test_trainer_rollout import CHUNK, DriftEnv, ElementwisePolicy
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,17 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-FIELDS = (
-    "obs",
-    "actions",
-    "logprobs",
-    "values",
-    "rewards",
-    "terminated",
-    "truncated",
-    "final_values",
-    "next_value",
-)
+FIELDS = rollout_array_fields()  # the per-step arrays of a Rollout
 
 
 class Slow(gym.Wrapper):

@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from pipelined_vec_env.wrappers.action_chunk import ActionChunk
 from reference_trainer.agent import ActorCritic, PolicyOutput
 from reference_trainer.rollout import RolloutCollector
+from tests.conftest import rollout_array_fields
 
 CHUNK = 3
 ACTION_DIM = 2
@@ -116,17 +117,7 @@ def _as_numpy(x: Any) -> np.ndarray:
     return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-FIELDS = (
-    "obs",
-    "actions",
-    "logprobs",
-    "values",
-    "rewards",
-    "terminated",
-    "truncated",
-    "final_values",
-    "next_value",
-)
+FIELDS = rollout_array_fields()  # the per-step arrays of a Rollout
 
 
 @pytest.mark.parametrize("num_stages", [1, 2, 3])
