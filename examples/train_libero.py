@@ -46,7 +46,7 @@ import gymnasium as gym
 import numpy as np
 import tyro
 
-from reference_trainer.config import TrainConfig
+from reference_trainer.config import NumStages, TrainConfig
 from reference_trainer.train import train
 
 SUMMARY_KEYS = ("eval_success_rate_initial", "eval_success_rate_final", "eval_episodes")
@@ -113,7 +113,7 @@ class LiberoTrainConfig(TrainConfig):
 
     # -- PPO, fine-tuning defaults ---------------------------------------------------------
     num_envs: int = 4
-    num_stages: int = 2
+    num_stages: NumStages = 2
     num_steps: int = 64
     total_timesteps: int = 400_000
     learning_rate: float = 1e-4
@@ -129,6 +129,7 @@ class LiberoTrainConfig(TrainConfig):
     value_warmup_iterations: int = 20
     kl_coef: float = 1.0
     kl_decay: float = 1.0
+    self_imitation_steps: int = 16
     freeze_obs_norm: bool = True
     eval_at_start: bool = True
     max_minutes: float | None = None
@@ -243,6 +244,12 @@ class LiberoEnvFactory:
         return {"init_state_id": ids[episode % len(ids)]}
 
 
+def _fixed_stages(config: LiberoTrainConfig) -> int:
+    """Stages of the vector envs outside training (demos, a checkpoint's evaluation):
+    --num-stages, or 2 with "auto" (tune measures the training loop only)."""
+    return config.num_stages if isinstance(config.num_stages, int) else 2
+
+
 def _obs_keys(state_features: str) -> tuple[str, ...]:
     return {"goal": ("goal_features",), "full": ("state",), "both": ("goal_features", "state")}[
         state_features
@@ -263,13 +270,19 @@ def _warm_start(config: LiberoTrainConfig, run_dir: Path, deadline: float | None
             f"--demo-init-states and --eval-init-states share init states {sorted(overlap)}; "
             "the evaluation must use init states no demo used"
         )
+    logger.info(
+        "collecting %d expert demos (init states %s; starting %d LIBERO envs takes ~10 s)",
+        len(ids),
+        config.demo_init_states,
+        min(config.num_envs, len(ids)),
+    )
     demos = collect_demos(
         config.suite,
         config.task_id,
         ids,
         noise_std=config.demo_noise_std,
         num_envs=min(config.num_envs, len(ids)),
-        num_stages=min(config.num_stages, config.num_envs, len(ids)),
+        num_stages=min(_fixed_stages(config), config.num_envs, len(ids)),
         state_features="both",
         horizon=None,  # the suite's: the expert needs ~120 steps whatever --horizon says
         seed=config.seed,
@@ -352,6 +365,7 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
             explore_dims=(),
             actor_learning_rate=None,
             target_kl=None,
+            self_imitation_steps=0,
         )
     else:
         extra.update(_warm_start(config, run_dir, deadline))
@@ -384,7 +398,7 @@ def _evaluate_checkpoint(config: LiberoTrainConfig, checkpoint: str) -> dict[str
 
     factory = LiberoEnvFactory(config)
     device = torch.device("cpu")
-    envs = make_vector_env(factory, config.num_envs, num_stages=config.num_stages)
+    envs = make_vector_env(factory, config.num_envs, num_stages=_fixed_stages(config))
     try:
         agent = ActorCritic(
             envs.single_observation_space,
@@ -506,6 +520,19 @@ def main() -> None:
     if config.eval_video or config.cameras:
         # headless rendering; an explicit MUJOCO_GL (e.g. osmesa) wins
         os.environ.setdefault("MUJOCO_GL", "egl")
+    logger.info(
+        "%s on %s task %d, %s",
+        "PPO from scratch"
+        if config.from_scratch
+        else "demos -> BC -> evaluate -> "
+        + ("longer BC" if config.bc_control else "PPO fine-tuning")
+        + " -> evaluate",
+        config.suite,
+        config.task_id,
+        "no time budget"
+        if config.budget_minutes is None
+        else f"all within {config.budget_minutes:g} min",
+    )
     summary = run(config)
 
     def fmt(value: float | None, spec: str = ".2f") -> str:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-__all__ = ["TrainConfig"]
+import tyro
+
+__all__ = ["NumStages", "TrainConfig"]
+
+NumStages = Annotated[int | Literal["auto"], tyro.conf.arg(metavar="INT|auto")]
+"""Type of ``--num-stages``: a stage count, or "auto" (`pipelined_vec_env.tune` picks)."""
 
 
 @dataclass
@@ -22,7 +27,7 @@ class TrainConfig:
     """gymnasium id of the env (ignored when a script passes its own env factory)."""
     num_envs: int = 8
     """Number of parallel envs."""
-    num_stages: int | Literal["auto"] = 2
+    num_stages: NumStages = 2
     """Pipeline stages the envs are split into (contiguous, sizes differ by at most one);
     "auto": measure the envs and the policy with pipelined_vec_env.tune and take its layout
     (stages, envs per worker, or decoupled mode with one actor; see docs/tune.md)."""
@@ -128,6 +133,16 @@ class TrainConfig:
     """Factor applied to --kl-coef every iteration after the value warm-up."""
     kl_coef_min: float = 0.0
     """Floor of the decaying KL coefficient (the pull to the warm start never ends)."""
+    self_imitation_steps: int = 0
+    """Self-imitation (Oh et al. 2018): after each PPO update (past the value warm-up), this
+    many gradient steps regress the actor's mean onto the actions of its own successful
+    training episodes (success: ``info["is_success"]``, the task's sparse signal); 0: off. No expert is involved."""
+    self_imitation_lr: float = 1e-4
+    """Adam learning rate of the self-imitation steps (the actor's mean only)."""
+    self_imitation_batch_size: int = 256
+    """Decisions per self-imitation step, drawn uniformly from the success buffer."""
+    self_imitation_capacity: int = 20_000
+    """Decisions the success buffer keeps (the oldest successful episodes go first)."""
     freeze_obs_norm: bool = False
     """Keep the observation normaliser as loaded (a BC actor's inputs stay what it was
     trained on) instead of updating it from rollouts."""

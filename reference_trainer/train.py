@@ -42,7 +42,9 @@ from reference_trainer.layout import resolve_layout
 from reference_trainer.metrics import summarize_episodes
 from reference_trainer.ppo import PPOHyperparameters, RewardScaler, compute_gae, ppo_update
 from reference_trainer.profile_report import recording, write_profile
+from reference_trainer.progress_bar import TrainingBar
 from reference_trainer.rollout import Rollout, RolloutCollector
+from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update
 from reference_trainer.vector_eval import evaluate_on_vector_env
 
 __all__ = ["resolve_device", "train"]
@@ -135,6 +137,24 @@ def _param_groups(agent: ActorCritic, config: TrainConfig) -> list[dict[str, Any
     ]
 
 
+def _self_imitation_parts(
+    agent: ActorCritic, config: TrainConfig
+) -> tuple[SuccessBuffer | None, Any, torch.Generator]:
+    """The success buffer, the optimizer over the actor's mean and the draws' generator
+    of self-imitation (buffer and optimizer None when ``--self-imitation-steps`` is 0)."""
+    draws = torch.Generator()
+    draws.manual_seed(config.seed + 1)
+    if config.self_imitation_steps <= 0:
+        return None, None, draws
+    actor = [
+        p
+        for n, p in agent.named_parameters()
+        if not n.startswith(("critic.", "critic_encoder.")) and n != "actor_log_std"
+    ]
+    optimizer = torch.optim.Adam(actor, lr=config.self_imitation_lr, eps=1e-5)
+    return SuccessBuffer(config.num_envs, config.self_imitation_capacity), optimizer, draws
+
+
 def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:
     """Set the policy's log std per action dimension, repeated over an action chunk.
 
@@ -150,15 +170,6 @@ def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:
     values = torch.tensor(log_std, dtype=agent.actor_log_std.dtype).repeat(size // len(log_std))
     with torch.no_grad():
         agent.actor_log_std.copy_(values.to(agent.actor_log_std.device))
-
-
-def _end_bar(progress: Any, why: str) -> None:
-    """End the progress bar full and labelled with ``why``: the time budget, not the step
-    count, ended the run."""
-    progress.set_description(f"train ({why})")
-    progress.total = progress.n
-    progress.refresh()
-    progress.close()
 
 
 def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> bool:
@@ -338,6 +349,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             )
         shuffle = torch.Generator()
         shuffle.manual_seed(config.seed)
+        successes, imitation_optimizer, imitation_draws = _self_imitation_parts(agent, config)
         iteration, global_step, history, evaluations = 0, 0, [], []
         wall_before = 0.0
         if resume_from is not None:
@@ -351,6 +363,10 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             iteration, global_step = state["iteration"], state["global_step"]
             history, evaluations = state["history"], state["evaluations"]
             wall_before = state.get("wall_s", 0.0)
+            if successes is not None and state.get("self_imitation") is not None:
+                successes.load_state_dict(state["self_imitation"]["buffer"])
+                imitation_optimizer.load_state_dict(state["self_imitation"]["optimizer"])
+                imitation_draws.set_state(state["self_imitation"]["generator"].cpu())
             if reference is not None:
                 if state.get("kl_reference") is None:
                     raise ValueError(
@@ -369,17 +385,15 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             from torch.utils.tensorboard import SummaryWriter
 
             writer = SummaryWriter(str(run_dir))
-        from tqdm.auto import tqdm
-
-        progress = tqdm(
-            total=num_iterations * steps_per_iteration,
-            initial=global_step,
-            unit="step",
-            desc="train"
-            if config.max_minutes is None and config.deadline is None
-            else "train (stops at its time budget)",
-            disable=not config.progress,
-            dynamic_ncols=True,
+        budgets = [60.0 * config.max_minutes] if config.max_minutes is not None else []
+        if config.deadline is not None:
+            budgets.append(config.deadline - time.time())
+        progress = TrainingBar(
+            num_iterations * steps_per_iteration,
+            global_step,
+            min(budgets) if budgets else None,
+            "train" if not budgets else "train (stops at its time budget)",
+            config.progress,
         )
         recent_returns: deque[float] = deque(
             (r for h in history for r in h.get("_returns", [])), maxlen=10
@@ -401,6 +415,13 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                     "evaluations": evaluations,
                     # the KL term's frozen warm start: a resumed run pulls towards it too
                     "kl_reference": None if reference is None else reference.state_dict(),
+                    "self_imitation": None
+                    if successes is None
+                    else {
+                        "buffer": successes.state_dict(),
+                        "optimizer": imitation_optimizer.state_dict(),
+                        "generator": imitation_draws.get_state(),
+                    },
                     "wall_s": wall_before + time.perf_counter() - start,
                     "config": dataclasses.asdict(config),
                 },
@@ -409,7 +430,6 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         def run_evaluation(video: bool, then_train: bool = False) -> dict[str, Any]:
             eval_start = time.perf_counter()
             assert progress is not None
-            train_desc = getattr(progress, "desc", "train")  # a disabled bar has none
             what = "before any update" if iteration == 0 else f"at iteration {iteration}"
             logger.info(
                 "evaluating %s: %d deterministic episodes on the %d envs",
@@ -417,7 +437,12 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 config.eval_episodes,
                 config.num_envs,
             )
-            progress.set_description(f"eval {what} ({config.eval_episodes} episodes)")
+            progress.describe(f"eval {what} ({config.eval_episodes} episodes)")
+
+            def on_rollout(done: int) -> None:
+                assert progress is not None
+                progress.describe(f"eval {what} ({done}/{config.eval_episodes} episodes)")
+
             agent.eval()
             assert collector is not None
             if isinstance(collector, DecoupledRolloutCollector):
@@ -440,6 +465,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                     then_reset_seed=config.seed + iteration * config.num_envs
                     if then_train
                     else None,
+                    on_rollout=on_rollout,
                 )
             video_start = time.perf_counter()
             if video:
@@ -449,7 +475,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 )
             video_s = time.perf_counter() - video_start
             agent.train()
-            progress.set_description(train_desc)
+            if successes is not None:
+                successes.discard_pending()  # the envs start new episodes after an evaluation
+            progress.describe(progress.label)
             entry = {"iteration": iteration, "global_step": global_step, **result.as_scalars()}
             entry["video"] = result.video_path
             entry["wall_s"] = time.perf_counter() - eval_start
@@ -484,7 +512,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             if config.deadline is not None and _past_deadline(
                 config.deadline, iteration_s, final_eval_s
             ):
-                _end_bar(progress, "deadline reached; final evaluation next")
+                progress.end("deadline reached; final evaluation next")
                 logger.info("stopping training to finish the final evaluation by the deadline")
                 stopped_early = True
                 break
@@ -522,6 +550,21 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 reference=reference,
                 kl_coef=kl_coef,
             )
+            imitation: dict[str, float] = {}
+            if successes is not None:
+                successes.add(rollout)
+                if not warming_up:
+                    imitation = self_imitation_update(
+                        agent,
+                        imitation_optimizer,
+                        successes,
+                        steps=config.self_imitation_steps,
+                        batch_size=config.self_imitation_batch_size,
+                        generator=imitation_draws,
+                        max_grad_norm=config.max_grad_norm,
+                    ).as_scalars()
+                else:
+                    imitation = {"episodes": float(successes.num_episodes)}
             # statistics change after the update so the update saw the rollout's inputs
             if not config.freeze_obs_norm:
                 agent.update_obs_rms(_flatten(rollout.obs))
@@ -544,6 +587,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 **{f"rollout/{k}": v for k, v in timings.items()},
                 **{f"train/{k}": v for k, v in losses.items()},
                 **{f"episode/{k}": v for k, v in episodes.items()},
+                **{f"self_imitation/{k}": v for k, v in imitation.items()},
                 "_returns": [r.episode_return for r in rollout.episodes],
             }
             history.append(entry)
@@ -551,7 +595,6 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 for key, value in entry.items():
                     if key not in ("iteration", "global_step") and not key.startswith("_"):
                         writer.add_scalar(key, value, global_step)
-            progress.update(rollout.timings.env_steps)
             postfix = {
                 "ret": f"{episodes['return_mean']:.3g}" if "return_mean" in episodes else "-",
                 "sps": f"{timings['env_steps_per_s']:.0f}",
@@ -559,7 +602,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             }
             if "success_rate" in episodes:
                 postfix["succ"] = f"{episodes['success_rate']:.2f}"
-            progress.set_postfix(postfix, refresh=False)
+            progress.advance(rollout.timings.env_steps, postfix)
 
             if config.checkpoint_every and iteration % config.checkpoint_every == 0:
                 save(run_dir / "checkpoints" / CHECKPOINT_NAME)
@@ -576,7 +619,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             ):
                 logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
                 stopped_early = True
-                _end_bar(progress, f"time budget of {config.max_minutes:g} min reached")
+                progress.end(f"time budget of {config.max_minutes:g} min reached")
                 break
             if (
                 config.stop_return is not None

@@ -12,6 +12,7 @@ first ``len(schedule)`` episodes of each env are the evaluation's. A later plain
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reference_trainer.envs import EnvFactory
@@ -30,6 +31,7 @@ def evaluate_on_vector_env(
     *,
     then_reset_seed: int | None = None,
     max_rollouts: int = 10_000,
+    on_rollout: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """Run ``episodes`` deterministic episodes on the collector's (training) envs.
 
@@ -47,6 +49,8 @@ def evaluate_on_vector_env(
             gets ``seed + i``); None leaves them as they are.
         max_rollouts: bound on the deterministic rollouts run (an env that never ends an
             episode raises instead of hanging).
+        on_rollout: called after each deterministic rollout with the number of the
+            evaluation's episodes finished so far (e.g. to show progress).
 
     Returns:
         Per-episode returns, primitive lengths and successes, in episode order.
@@ -70,6 +74,8 @@ def evaluate_on_vector_env(
         for record in rollout.episodes:
             if len(finished[record.env_index]) < len(schedules[record.env_index]):
                 finished[record.env_index].append(record)
+        if on_rollout is not None:
+            on_rollout(sum(len(f) for f in finished))
         if all(len(f) == len(s) for f, s in zip(finished, schedules, strict=True)):
             break
     else:

@@ -71,7 +71,17 @@ def test_time_budget_stops_training_and_still_evaluates(tmp_path, capsys):
     summary = train(_tiny(tmp_path, max_minutes=1e-6, total_timesteps=640, progress=True))
     assert summary["stopped_early"] and summary["iterations"] == 1
     assert summary["global_step"] == 32 and summary["final_eval"]["episodes"] == 1
-    assert "time budget of 1e-06 min reached" in capsys.readouterr().err  # the bar says why
+    err = capsys.readouterr().err
+    assert "time budget of 1e-06 min reached" in err  # the bar says why
+    # a run that ends on the clock counts seconds of its budget, with the env steps beside
+    assert " s, steps=32" in err and "step/s" not in err
+
+
+def test_a_run_without_a_time_budget_counts_env_steps(tmp_path, capsys):
+    train(_tiny(tmp_path, total_timesteps=64, progress=True, eval_at_start=True))
+    err = capsys.readouterr().err
+    assert "64/64" in err and "steps=" not in err
+    assert "eval before any update (1/1 episodes)" in err  # the evaluation shows its progress
 
 
 def test_serial_flag_runs_the_serial_loop(tmp_path):
@@ -161,8 +171,26 @@ def test_train_libero_help_explains_both_recipes():
         "--value-warmup-iterations",
         "--kl-coef",
         "--init-log-std-per-dim",
+        "--self-imitation-steps",
+        "--num-stages INT|auto",
     ):
         assert flag in text, flag
+
+
+def test_train_libero_takes_num_stages_auto(monkeypatch):
+    """The main job's --num-stages takes "auto" (tune picks the training layout); the
+    demos and a checkpoint's evaluation then use 2 stages."""
+    import tyro
+
+    path = REPO / "examples" / "train_libero.py"
+    spec = importlib.util.spec_from_file_location("train_libero", path)
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses and tyro resolve the annotations through the module
+    monkeypatch.setitem(sys.modules, "train_libero", module)
+    spec.loader.exec_module(module)
+    config = tyro.cli(module.LiberoTrainConfig, args=["--num-stages", "auto"])
+    assert config.num_stages == "auto" and module._fixed_stages(config) == 2
+    assert module._fixed_stages(tyro.cli(module.LiberoTrainConfig, args=["--num-stages", "3"])) == 3
 
 
 _needs_libero = pytest.mark.skipif(

@@ -1,0 +1,102 @@
+"""The trainer's progress bar: env steps, or seconds when a time budget ends the run.
+
+With ``--deadline`` or ``--max-minutes`` the run ends on the clock, not at
+``--total-timesteps``, so a bar of env steps would show a meaningless ETA and jump to
+100% when time runs out. The bar then counts seconds of the budget instead (evaluations
+included: they spend the same budget) and shows the env steps beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["TrainingBar"]
+
+
+class TrainingBar:
+    """A tqdm bar of env steps, or of budget seconds when ``budget_s`` is given.
+
+    Args:
+        total_steps: env steps the run would take without a time budget.
+        initial_steps: env steps already done (a resumed run).
+        budget_s: seconds the run has (None: a bar of env steps).
+        desc: the bar's label.
+        enabled: False: no output (``--no-progress``).
+    """
+
+    def __init__(
+        self,
+        total_steps: int,
+        initial_steps: int,
+        budget_s: float | None,
+        desc: str,
+        enabled: bool,
+    ) -> None:
+        from tqdm.auto import tqdm
+
+        self.by_time = budget_s is not None
+        self._start = time.monotonic()
+        self._steps = initial_steps
+        self._postfix: dict[str, Any] = {}
+        self._desc = desc
+        if self.by_time:
+            assert budget_s is not None
+            self._bar = tqdm(
+                total=max(1, round(budget_s)),
+                unit="s",
+                desc=desc,
+                disable=not enabled,
+                dynamic_ncols=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} s{postfix}",
+            )
+        else:
+            self._bar = tqdm(
+                total=total_steps,
+                initial=initial_steps,
+                unit="step",
+                desc=desc,
+                disable=not enabled,
+                dynamic_ncols=True,
+            )
+
+    @property
+    def label(self) -> str:
+        """The training label (restored after an evaluation)."""
+        return self._desc
+
+    def describe(self, text: str) -> None:
+        """Show ``text`` as the bar's label (and move a time bar to now)."""
+        self._bar.set_description(text, refresh=not self.by_time)
+        self.tick()
+
+    def tick(self) -> None:
+        """Move a time bar to the seconds elapsed (a step bar does not move)."""
+        if self.by_time:
+            self._bar.n = min(self._bar.total, round(time.monotonic() - self._start))
+            self._bar.refresh()
+
+    def advance(self, env_steps: int, postfix: dict[str, Any]) -> None:
+        """Count ``env_steps`` more and show ``postfix`` (a time bar adds the step count)."""
+        self._steps += env_steps
+        if self.by_time:
+            self._bar.set_postfix({"steps": self._steps, **postfix}, refresh=False)
+            self.tick()
+        else:
+            self._bar.set_postfix(postfix, refresh=False)
+            self._bar.update(env_steps)
+
+    def end(self, why: str) -> None:
+        """Close the bar labelled with ``why`` the run stopped early. A step bar ends full
+        (the budget, not the step count, ended it); a time bar stays where the clock is."""
+        self._bar.set_description(f"{self._desc.split(' (')[0]} ({why})", refresh=False)
+        if self.by_time:
+            self.tick()
+        else:
+            self._bar.total = self._bar.n
+            self._bar.refresh()
+        self._bar.close()
+
+    def close(self) -> None:
+        """Close the bar (again is fine)."""
+        self._bar.close()

@@ -1,0 +1,141 @@
+"""Self-imitation: the success buffer cuts rollouts into per-env episodes (across rollout
+boundaries) and keeps the successful ones; its update regresses only the actor's mean;
+the trainer drives it end to end and a resumed run keeps the buffer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from reference_trainer.agent import ActorCritic
+from reference_trainer.checkpoint import find_checkpoint
+from reference_trainer.metrics import EpisodeRecord
+from reference_trainer.rollout import Rollout
+from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update
+from reference_trainer.train import train
+
+from .test_finetune import ReachFactory, _config
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 2
+
+
+def _rollout(start: int, T: int, ends: list[tuple[int, int, bool]]) -> Rollout:
+    """Observation of env ``i`` at global decision ``g`` is ``100 * i + g``; the action is
+    its negative. ``ends``: ``(env, decision_index, success)``."""
+    g = torch.arange(start, start + T, dtype=torch.float32)[:, None]
+    obs = (g + 100 * torch.arange(N)[None, :]).unsqueeze(-1)  # (T, N, 1)
+    zeros = torch.zeros(T, N)
+    return Rollout(
+        obs=obs,
+        actions=-obs.clone(),
+        logprobs=zeros,
+        values=zeros,
+        rewards=np.zeros((T, N)),
+        terminated=np.zeros((T, N), bool),
+        truncated=np.zeros((T, N), bool),
+        final_values=zeros,
+        next_value=torch.zeros(N),
+        episodes=[EpisodeRecord(e, t, 0.0, 1, s, s) for e, t, s in ends],
+    )
+
+
+def _decisions(buffer: SuccessBuffer) -> set[float]:
+    obs, actions = buffer.sample(500, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert torch.equal(actions, -obs)  # each observation comes with its own action
+    return set(obs.reshape(-1).tolist())
+
+
+def test_buffer_keeps_successful_episodes_whole_across_rollouts():
+    buffer = SuccessBuffer(N, capacity=1000)
+    # env 0: decisions 0-1 succeed, 2-4 fail; env 1: an episode that runs on
+    assert buffer.add(_rollout(0, 5, [(0, 1, True), (0, 4, False)])) == 1
+    assert _decisions(buffer) == {0.0, 1.0}
+    # env 1's episode (decisions 0-7) ends in success in the second rollout
+    assert buffer.add(_rollout(5, 5, [(1, 2, True)])) == 1
+    assert _decisions(buffer) == {0.0, 1.0, *(100.0 + g for g in range(8))}
+    assert (buffer.num_episodes, len(buffer)) == (2, 10)
+
+
+def test_discard_pending_forgets_the_episodes_in_progress():
+    buffer = SuccessBuffer(N, capacity=1000)
+    buffer.add(_rollout(0, 4, []))
+    buffer.discard_pending()
+    buffer.add(_rollout(4, 4, [(1, 1, True)]))
+    assert _decisions(buffer) == {104.0, 105.0}
+
+
+def test_capacity_drops_the_oldest_episodes():
+    buffer = SuccessBuffer(N, capacity=5)
+    buffer.add(_rollout(0, 4, [(0, 2, True)]))  # 3 decisions
+    buffer.add(_rollout(4, 4, [(0, 2, True)]))  # 4 decisions (decision 3 pending, then 4-6)
+    assert (buffer.num_episodes, len(buffer)) == (1, 4)
+    assert _decisions(buffer) == {3.0, 4.0, 5.0, 6.0}
+    with pytest.raises(ValueError, match="capacity"):
+        SuccessBuffer(N, capacity=0)
+
+
+def test_empty_buffer_sampling_says_so():
+    with pytest.raises(ValueError, match="empty"):
+        SuccessBuffer(N, 10).sample(4, torch.Generator(), torch.device("cpu"))
+
+
+def test_update_moves_the_actor_mean_to_the_successful_actions_only():
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    agent = ActorCritic(space, gym.spaces.Box(-200.0, 200.0, (1,), np.float32), (16,), -1.0)
+    buffer = SuccessBuffer(N, 1000)
+    rollout = _rollout(0, 6, [(0, 5, True)])
+    rollout.obs = rollout.obs / 10.0  # inside the normaliser's comfortable range
+    rollout.actions = 0.5 - rollout.obs  # a simple map to learn
+    buffer.add(rollout)
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    optimizer = torch.optim.Adam(agent.actor_mean.parameters(), lr=1e-2)
+    first = self_imitation_update(
+        agent, optimizer, buffer, steps=1, batch_size=64, generator=torch.Generator()
+    )
+    last = self_imitation_update(
+        agent, optimizer, buffer, steps=300, batch_size=64, generator=torch.Generator()
+    )
+    assert first.loss is not None and last.loss is not None
+    assert last.loss < 0.1 * first.loss
+    after = agent.state_dict()
+    for key in before:
+        moved = not torch.equal(before[key], after[key])
+        assert moved == key.startswith("actor_mean."), key
+    empty = self_imitation_update(
+        agent, optimizer, SuccessBuffer(N, 10), steps=5, batch_size=4, generator=torch.Generator()
+    )
+    assert empty.loss is None and empty.steps == 0
+
+
+def test_trainer_imitates_its_successes_and_a_resumed_run_keeps_them(tmp_path):
+    config = _config(
+        tmp_path,
+        "sil",
+        total_timesteps=160,
+        num_steps=16,
+        self_imitation_steps=3,
+        self_imitation_batch_size=8,
+        checkpoint_every=1,
+        eval_episodes=0,
+    )
+    summary = train(config, ReachFactory())
+    state = torch.load(find_checkpoint(summary["run_dir"]), weights_only=False)
+    buffer = state["self_imitation"]["buffer"]
+    # ReachEnv's random start policy reaches the goal in some episodes of 80 decisions
+    assert buffer["episodes"], "no successful episode in 80 decisions"
+    history = state["history"]
+    imitated = [h for h in history if "self_imitation/loss" in h]
+    assert imitated and all(h["self_imitation/steps"] == 3 for h in imitated)
+    kept = len(buffer["episodes"])
+    resumed = dataclasses.replace(config, resume=summary["run_dir"], total_timesteps=192)
+    train(resumed, ReachFactory())
+    state = torch.load(find_checkpoint(summary["run_dir"]), weights_only=False)
+    assert len(state["self_imitation"]["buffer"]["episodes"]) >= kept
+    assert state["history"][-1]["self_imitation/episodes"] >= kept
