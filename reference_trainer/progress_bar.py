@@ -45,10 +45,10 @@ class TrainingBar:
             self._bar = tqdm(
                 total=max(1, round(budget_s)),
                 unit="s",
-                desc=desc,
+                desc=f"{desc}: ",  # as set_description writes later labels
                 disable=not enabled,
                 dynamic_ncols=True,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} s{postfix}",
+                bar_format="{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} s{postfix}",
             )
         else:
             self._bar = tqdm(
