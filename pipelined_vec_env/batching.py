@@ -147,6 +147,8 @@ def to_numpy(actions: Any) -> Any:
     torch is never imported here: a tensor is recognised by its `detach`/`cpu`/`numpy`
     methods.
     """
+    if type(actions) is np.ndarray:  # the common case, without the failed lookups below
+        return actions
     if hasattr(actions, "detach") and hasattr(actions, "cpu") and hasattr(actions, "numpy"):
         return actions.detach().cpu().numpy()
     if isinstance(actions, dict):

@@ -347,6 +347,10 @@ class StepSlot:
         self.truncations = view("truncations", np.bool_, (n,))
         self.cells = view("cells", np.int64, (MAX_INFO_COLUMNS, n))
         self.float_cells = self.cells.view(np.float64)
+        self._batch_shape = shape  # the actions of a step of all n envs
+        # each side's own counter, mirrored into the header (one store, no read back)
+        self._sent = int(self.header[_SENT])
+        self._answered = int(self.header[_ANSWERED])
         #: The info layout both sides use for `DONE_COLUMNS` answers (each side sets its
         #: own copy: the worker when it learns one, the caller from the answer that names it).
         self.layout: InfoLayout | None = None
@@ -375,11 +379,11 @@ class StepSlot:
         """Whether ``actions`` (the batch for ``count`` envs) fits the slot exactly: a
         numpy array of the slot's dtype and shape (anything else goes pickled, so the
         env gets exactly what the caller passed)."""
-        return (
-            type(actions) is np.ndarray
-            and actions.dtype == self.action_dtype
-            and actions.shape == (count, *self.action_space.shape)
-        )
+        if type(actions) is not np.ndarray or actions.dtype != self.action_dtype:
+            return False
+        if count == self.n:
+            return actions.shape == self._batch_shape
+        return actions.shape == (count, *self._batch_shape[1:])
 
     def write_request(self, local_indices: list[int] | None, actions: np.ndarray) -> None:
         """Write a step request (``local_indices`` None: all ``n`` envs)."""
@@ -393,7 +397,8 @@ class StepSlot:
 
     def note_sent(self) -> None:
         """Count one message written to the worker's pipe (before writing it)."""
-        self.header[_SENT] += 1
+        self._sent += 1
+        self.header[_SENT] = self._sent
 
     def answers_sent(self) -> int:
         """How many answers the worker has sent (or is about to)."""
@@ -469,7 +474,8 @@ class StepSlot:
 
     def note_answered(self) -> None:
         """Count one answer written to the pipe (before writing it)."""
-        self.header[_ANSWERED] += 1
+        self._answered += 1
+        self.header[_ANSWERED] = self._answered
 
 
 def can_spin(processes: int) -> bool:

@@ -170,11 +170,14 @@ class StageStepping:
     ) -> None:
         """Send each worker of ``stages`` its rows of ``batch`` (checked actions of ``space``
         for the envs ``envs``)."""
+        start, send = envs.start, self.pool.send
+        array = type(batch) is np.ndarray  # an array space's batch: rows are a slice
         for s in stages:
             for w in s.workers:
-                lo, hi = w.env_indices[0] - envs.start, w.env_indices[-1] + 1 - envs.start
-                rows = batch_slice(space, batch, slice(lo, hi))
-                self.pool.send(w, Command.STEP, (None, rows), w.env_indices)
+                lo = w.env_indices[0] - start
+                hi = lo + len(w.env_indices)
+                rows = batch[lo:hi] if array else batch_slice(space, batch, slice(lo, hi))
+                send(w, Command.STEP, (None, rows), w.env_indices)
             s.mark("step", whole)
 
     def collect_step(

@@ -43,6 +43,11 @@ class StageState(StrEnum):
     SET_ATTR = "set_attr"
 
 
+#: Each state by its value: `Stage.mark` looks its op up here (a dict lookup, where calling
+#: the enum by value goes through the enum machinery's Python code).
+_STATE_OF = {state.value: state for state in StageState}
+
+
 def split_range(start: int, stop: int, parts: int) -> list[tuple[int, int]]:
     """Split ``[start, stop)`` into ``parts`` contiguous ranges like ``np.array_split``.
 
@@ -130,7 +135,7 @@ class Stage:
 
     def mark(self, op: str, whole: bool, context: Any = None) -> None:
         """Record that ``op`` is now in flight."""
-        self.state, self.whole, self.context = StageState(op), whole, context
+        self.state, self.whole, self.context = _STATE_OF[op], whole, context
         if self.profiler is not None:
             self.profiler.stage_started(self.index, op)
 

@@ -187,6 +187,8 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             start_timeout=300.0, step_deadline=None, max_restarts=0, profiler=None
         )
         self._obs: ObservationStore | None = None
+        self._checked_space: Space | None = None  # step_async's action check, per space
+        self._check_actions: Callable[..., Any] = check_actions
         args = check_arguments(
             env_fns,
             num_stages=num_stages,
@@ -265,6 +267,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             )
             for s in range(self.num_stages)
         )
+        self._all_stages, self._all_envs = list(self.stages), slice(0, self.num_envs)
         self._obs = ObservationStore(
             self.single_observation_space, self.num_envs, self.shared_memory
         )
@@ -286,7 +289,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
 
     def _select(self, stage: int | None) -> tuple[list[Stage], slice]:
         if stage is None:
-            return list(self.stages), slice(0, self.num_envs)
+            return self._all_stages, self._all_envs  # built once (callers do not mutate them)
         if (
             isinstance(stage, bool)
             or not isinstance(stage, (int, np.integer))
@@ -440,7 +443,9 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         check_startable(stages, "step", stage is None)
         self.decoupled.check_free(envs, "step")
         space = self.single_action_space
-        batch = check_actions(space, to_numpy(actions), envs.stop - envs.start)
+        if space is not self._checked_space:  # the check of this space, looked up once
+            self._checked_space, self._check_actions = space, check_actions.dispatch(type(space))
+        batch = self._check_actions(space, to_numpy(actions), envs.stop - envs.start)
         self._stepping.send_step(stages, envs, batch, space, stage is None)
 
     def step_wait(

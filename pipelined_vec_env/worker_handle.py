@@ -129,6 +129,9 @@ class WorkerHandle:
             both sides then spin on the slot while the machine's load leaves those
             processes their cores (`slots.machine_quiet`).
         slot: The current process's slot (None: none yet, or no fixed action layout).
+        fd: The caller's end of the current process's pipe, as a descriptor (-1 once
+            closed).
+        sentinel: The current process's sentinel (readable once it exited).
         wire: `WireStats` of the worker (all its processes).
         spin_gate: ``spin_gate(spin)`` tells whether the machine's load leaves the cores
             free for a spin now (`slots.machine_quiet`; replaceable, e.g. by tests).
@@ -199,6 +202,9 @@ class WorkerHandle:
             with _main_module_hidden():
                 self.process.start()
         child_conn.close()
+        # looked up once: the pipe's descriptor and the process's sentinel (each wait
+        # watches both, each fast step writes and reads the pipe)
+        self.fd, self.sentinel = self.conn.fileno(), self.process.sentinel
         self.expected = 1  # the start-up "ready" message
         self._awaited.append((_PICKLED, False, time.perf_counter()))
 
@@ -272,7 +278,7 @@ class WorkerHandle:
                         kind = self._write_fast_step(slot, payload)
                     slot.note_sent()  # before the write: the worker may be spinning
                 if kind != _PICKLED:
-                    send_short(self.conn.fileno(), WAKE_STEP_TIMED if timed else WAKE_STEP)
+                    send_short(self.fd, WAKE_STEP_TIMED if timed else WAKE_STEP)
                 else:
                     send(self.conn, (command, payload, True) if timed else (command, payload))
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
@@ -341,7 +347,7 @@ class WorkerHandle:
         The worker's start and finish times that ride on an `Ok` answer go to the
         profiler (when on).
         """
-        data = recv_frame(self.conn.fileno())
+        data = recv_frame(self.fd)
         kind, timed, sent_at = self._awaited.popleft() if self._awaited else (_PICKLED, False, 0.0)
         slot = self.slot
         if slot is not None:
@@ -371,6 +377,12 @@ class WorkerHandle:
         if isinstance(answer, Ready):
             self._attach_slot(answer.description)
         return answer
+
+    def close_pipe(self) -> None:
+        """Close the caller's end of the pipe (a later send or read fails as for a dead
+        worker: the descriptor is forgotten, never reused)."""
+        self.conn.close()
+        self.fd = -1
 
     def _mark_dead(self) -> None:
         self.dead = True
@@ -414,7 +426,7 @@ class WorkerHandle:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(1.0)
-        self.conn.close()
+        self.close_pipe()
         self.release_slot()
         try:
             self.process.close()
@@ -470,8 +482,8 @@ class ProcessBackend:
                 timeout = max(0.0, timeout - (time.perf_counter() - started))
         by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
         for h in waiting:
-            by_fd[h.conn.fileno()] = (h, True)
-            by_fd[h.process.sentinel] = (h, False)
+            by_fd[h.fd] = (h, True)
+            by_fd[h.sentinel] = (h, False)
         watched = list(by_fd) if wake_fd is None else [*by_fd, wake_fd]
         ready_fds = poll_fds(watched, timeout)
         for fd in ready_fds:
@@ -534,7 +546,7 @@ class ProcessBackend:
         for h in handles:
             with contextlib.suppress(OSError, ValueError):
                 h.process.join(0 if not _is_alive(h) else 0.1)
-            h.conn.close()
+            h.close_pipe()
             h.release_slot()
             try:
                 h.process.close()
