@@ -80,6 +80,8 @@ class ObservationStore:
         self._view = None  # the whole batch in shared memory, as views (where they stay valid)
         if self.buffers is not None and _views_stay_valid(space):
             self._view = read_from_shared_memory(space, self.buffers, n=num_envs)
+        # a single numeric array (Box, Discrete, ...): `batch` slices and copies it directly
+        self._array = isinstance(self._view, np.ndarray) and self._view.dtype != object
 
     @property
     def shared(self) -> bool:
@@ -112,6 +114,9 @@ class ObservationStore:
             copy: Return copies (else, with shared memory, views that the workers
                 overwrite at the next step).
         """
+        if self._array:
+            batch = self._view[envs]  # type: ignore[index]
+            return batch.copy() if copy else batch
         if self.buffers is not None:
             batch = batch_slice(self.space, self._shared(), envs)
             return deepcopy(batch) if copy else batch
@@ -124,6 +129,7 @@ class ObservationStore:
         """Drop the views and unlink the shared memory segments (after the workers stop)."""
         # drop our views first: a segment with live views cannot be unmapped
         self._view = self.buffers = None
+        self._array = False
         release(self.segments)
         self.segments = []
 

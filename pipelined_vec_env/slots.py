@@ -170,13 +170,20 @@ class InfoLayout:
     Attributes:
         keys: The info keys, in the envs' order.
         types: The exact type of each key's values (rebuilt as such in the caller).
+        mask_keys: ``"_key"`` for each key (gymnasium's mask of that key).
+        dtypes: ``np.dtype`` of each type (the batched array's dtype).
+        floats: Per key, whether its cells hold ``float64`` (else ``int64``).
     """
 
-    __slots__ = ("keys", "types")
+    __slots__ = ("dtypes", "floats", "keys", "mask_keys", "types")
 
     def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
         self.keys = keys
         self.types = types
+        # derived once, used at every step
+        self.mask_keys = tuple(f"_{key}" for key in keys)
+        self.dtypes = tuple(np.dtype(t) for t in types)
+        self.floats = tuple(_CELL_TYPES.get(t) == "f" for t in types)
 
     @classmethod
     def learn(cls, infos: list[list[dict]]) -> InfoLayout | None:
@@ -200,11 +207,9 @@ class InfoLayout:
             if len(env_infos) != 1:
                 return False
             info = env_infos[0]
-            if tuple(info) != keys:
+            # exact types: a subclass (np.bool_ is no bool) does not fit
+            if tuple(info) != keys or tuple(map(type, info.values())) != types:
                 return False
-            for value, t in zip(info.values(), types, strict=True):
-                if type(value) is not t:
-                    return False
         return True
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -265,24 +270,28 @@ class ColumnInfos:
         key of ``dtype=type(value)``, created on first sight, and a ``_key`` bool mask;
         an existing array keeps its dtype), in one slice assignment per key.
         """
-        if self.layout is None:
+        layout = self.layout
+        if layout is None:
             return infos
         hi = lo + self.n
-        for key, t, column in zip(self.layout.keys, self.layout.types, self.values, strict=True):
+        for key, mask_key, t, dtype, column in zip(
+            layout.keys, layout.mask_keys, layout.types, layout.dtypes, self.values, strict=True
+        ):
             array = infos.get(key)
             if array is None:
-                array = np.zeros(num_envs, dtype=t)
+                array = infos[key] = np.zeros(num_envs, dtype=dtype)
             elif not isinstance(array, np.ndarray) or array.ndim != 1:
                 # an earlier worker put something else under this key: gymnasium's rules
                 for k in range(self.n):
                     infos = _add_one(infos, key, t(column[k].item()), lo + k, num_envs)
                 continue
+            # the cells hold exactly the env's values (float64 / int64 represent every
+            # value of the cell types): one cast into the batched array's dtype
             array[lo:hi] = column
-            mask = infos.get(f"_{key}")
+            mask = infos.get(mask_key)
             if mask is None:
-                mask = np.zeros(num_envs, dtype=np.bool_)
+                mask = infos[mask_key] = np.zeros(num_envs, dtype=np.bool_)
             mask[lo:hi] = True
-            infos[key], infos[f"_{key}"] = array, mask
         return infos
 
 
@@ -426,10 +435,13 @@ class StepSlot:
     def _read_columns(self, count: int) -> ColumnInfos:
         layout = self.layout
         assert layout is not None, "a column answer before any layout"
-        values = []
-        for c, t in enumerate(layout.types):
-            cells = self.float_cells if _CELL_TYPES[t] == "f" else self.cells
-            values.append(cells[c, :count].astype(np.dtype(t)))
+        # one copy of the used cells; each column a view of it as float64 or int64 (cast
+        # to the key's dtype where it is merged or read)
+        block = self.cells[: len(layout.keys), :count].copy()
+        float_block = block.view(np.float64)
+        values = [
+            float_block[c] if is_float else block[c] for c, is_float in enumerate(layout.floats)
+        ]
         return ColumnInfos(layout, values, count)
 
     # ------------------------------------------------------------------ worker side
