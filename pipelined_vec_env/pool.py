@@ -371,7 +371,10 @@ class WorkerPool:
                 answer = w.take()
             else:
                 continue
-            self._answers.setdefault(w.index, deque()).append(answer)
+            answers = self._answers.get(w.index)
+            if answers is None:
+                answers = self._answers[w.index] = deque()
+            answers.append(answer)
             queue = self._queues[w.index]
             done.append((w, queue.popleft()))
             if queue and queue[0].sent_at < now:  # the next queued command runs from now
@@ -392,10 +395,10 @@ class WorkerPool:
 
     def _limit(self, command: Command) -> tuple[float | None, str]:
         """The seconds ``command`` may take to be answered, and the setting's name."""
-        if command == Command.START:
-            return self.start_timeout, "start_timeout"
         if command in _DEADLINE_COMMANDS:
             return self.step_deadline, "step_deadline"
+        if command == Command.START:
+            return self.start_timeout, "start_timeout"
         return None, ""
 
     def _wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
@@ -405,7 +408,7 @@ class WorkerPool:
         the killed worker's crash is read next)."""
         now = time.monotonic()
         wait = timeout
-        for w in self.busy(workers):
+        for w in workers:  # busy: each has a command in flight
             head = self._queues[w.index][0]
             limit, name = self._limit(head.command)
             if limit is None or w.deadline_exceeded:

@@ -78,6 +78,8 @@ SPIN_SECONDS = 50e-6
 _SHORT_FRAMES = {
     byte: struct.pack("!i", 1) + byte for byte in (WAKE_STEP, WAKE_STEP_TIMED, DONE_EMPTY)
 }
+# a whole one-byte frame, as one read returns it -> its byte
+_SHORT_BODIES = {frame: byte for byte, frame in _SHORT_FRAMES.items()}
 _SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED = 0, 1, 2, 3, 4
 _HEADER = 8
 
@@ -124,6 +126,9 @@ def recv_frame(fd: int) -> bytes:
         EOFError: The other end closed the pipe.
     """
     data = os.read(fd, 5)
+    short = _SHORT_BODIES.get(data)
+    if short is not None:  # the fast path's frames: the length says 1, the byte is here
+        return short
     while 0 < len(data) < 4:
         more = os.read(fd, 4 - len(data))
         if not more:

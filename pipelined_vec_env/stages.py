@@ -146,8 +146,8 @@ class Stage:
             NoAsyncCallError: No ``op`` call in flight on this stage, or it was started for
                 the whole env (``stage=None``) and is awaited per stage, or vice versa.
         """
-        wait_name = f"{op}_wait" if op in ("step", "reset") else op
         if self.state != op:
+            wait_name = f"{op}_wait" if op in ("step", "reset") else op
             raise NoAsyncCallError(
                 f"`{wait_name}` on stage {self.index} without a prior `{op}` call "
                 f"(in flight: {self.state if self.busy else None})",

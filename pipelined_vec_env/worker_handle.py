@@ -462,7 +462,13 @@ class ProcessBackend:
         waiting = [h for h in handles if h.pending and h.answer is None]
         if not waiting and wake_fd is None:
             return False
-        if waiting and wake_fd is None and timeout != 0 and all(h.may_spin() for h in waiting):
+        if (
+            waiting
+            and wake_fd is None
+            and timeout != 0
+            and waiting[0].spin  # 0 for every handle where nothing may spin
+            and all(h.may_spin() for h in waiting)
+        ):
             # a bounded spin on the slots (docs/wire_format.md, "What spins when")
             started = time.perf_counter()
             budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
