@@ -477,6 +477,16 @@ class StepSlot:
         layout = self.layout
         if layout is None or not layout.fits(infos):
             return False
+        floats = layout.floats
+        if all(floats) or not any(floats):  # one kind of cell: one 2-D store of every value
+            cells = self.float_cells if floats[0] else self.cells
+            try:  # fits: each info's values are in the layout's key order
+                cells[: len(floats), : len(infos)].T[:] = [
+                    tuple(env_infos[0].values()) for env_infos in infos
+                ]
+            except OverflowError:  # an int beyond int64
+                return False
+            return True
         for c, t in enumerate(layout.types):
             cells = self.float_cells if _CELL_TYPES[t] == "f" else self.cells
             try:

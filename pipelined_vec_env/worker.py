@@ -294,7 +294,7 @@ class _WorkerEnvs:
         self.envs = envs
         self.env_indices = env_indices
         self.autoreset_mode = autoreset_mode
-        self.autoreset = np.zeros(len(envs), dtype=np.bool_)
+        self.autoreset = [False] * len(envs)  # per env: its next step resets it (NEXT_STEP)
         # SAME_STEP: ids of the arrays/dicts/lists each env returned last (reuse detection)
         self.returned: list[frozenset[int]] = [frozenset()] * len(envs)
         self.observation_space = envs[0].observation_space
@@ -363,7 +363,8 @@ class _WorkerEnvs:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
         local_indices, actions = payload
-        targets = range(len(self.envs)) if local_indices is None else local_indices
+        envs, autoreset = self.envs, self.autoreset
+        targets = range(len(envs)) if local_indices is None else local_indices
         n = len(targets)
         rewards = np.zeros(n, dtype=np.float64)
         terminations = np.zeros(n, dtype=np.bool_)
@@ -371,16 +372,21 @@ class _WorkerEnvs:
         items: list[Any] = []
         infos: list[list[dict]] = []
         done = []
+        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         for k, (local, action) in enumerate(zip(targets, self._actions(actions, n), strict=True)):
-            env = self.envs[local]
-            if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
+            env = envs[local]
+            if next_step and autoreset[local]:
                 obs, info = env.reset()
                 env_infos = [info]
+                autoreset[local] = False
             else:
                 obs, reward, terminated, truncated, info = env.step(action)
                 rewards[k], terminations[k], truncations[k] = reward, terminated, truncated
                 env_infos = [info]
-                if self.autoreset_mode == AutoresetMode.SAME_STEP and (terminated or truncated):
+                # as stored (np.bool_ of what the env returned)
+                autoreset[local] = bool(terminations[k] or truncations[k])
+                if same_step and (terminated or truncated):
                     if _shares_objects((obs, info), self.returned[local]):
                         # the env reuses what it returns: its reset could overwrite the
                         # final values before they are sent (Gymnasium #1132)
@@ -388,9 +394,8 @@ class _WorkerEnvs:
                     env_infos = [{"final_obs": obs, "final_info": info}]
                     obs, info = env.reset()
                     env_infos.append(info)
-            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            if same_step:
                 self.returned[local] = _mutable_ids((obs, info))
-            self.autoreset[local] = terminations[k] or truncations[k]
             done.append((local, obs))
             infos.append(env_infos)
         # written once every env stepped: a failed step leaves the shared rows as they were
@@ -521,7 +526,8 @@ def serve_command(envs: _WorkerEnvs, command: Command, payload: Any) -> Answer |
         envs.attach(*payload)
         return None
     if command == Command.SET_AUTORESET:
-        envs.autoreset[payload] = True  # these envs reset on their next step
+        for local in payload:  # these envs reset on their next step
+            envs.autoreset[local] = True
         return None
     try:
         if command == Command.STEP:
@@ -551,6 +557,7 @@ class _FastPath:
         self.received = 0
         self.answered_at = 0.0
         self.gap = 0.0  # running mean of the time from an answer to the next message
+        self.fd = -1  # the pipe's descriptor (set by the serve loop)
 
     def attach(self, slot: StepSlot, spin: int) -> None:
         if self.slot is not None:
@@ -582,7 +589,7 @@ class _FastPath:
             self.slot.note_answered()
             self.answered_at = time.perf_counter()
         if len(data) == 1:
-            send_short(conn.fileno(), data)
+            send_short(self.fd, data)
         else:
             conn.send_bytes(data)
 
@@ -623,10 +630,11 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
         fast.answer(conn, _pickled(to_wire(Ok(payload, times))))
         return
     slot.write_results(rewards, terminations, truncations)
-    if all(len(env_infos) == 1 and not env_infos[0] for env_infos in infos):
-        fast.answer(conn, DONE_EMPTY)
-    elif slot.write_columns(infos):
+    # infos that fit the layout are never all empty (a layout has keys): try it first
+    if slot.layout is not None and slot.write_columns(infos):
         fast.answer(conn, DONE_COLUMNS)
+    elif all(len(env_infos) == 1 and not env_infos[0] for env_infos in infos):
+        fast.answer(conn, DONE_EMPTY)
     else:
         layout = InfoLayout.learn(infos)
         if layout is not None and layout != slot.layout:
@@ -646,9 +654,10 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
 
 
 def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
+    fd = fast.fd = conn.fileno()
     while True:
         fast.wait_for_message()
-        data = recv_frame(conn.fileno())  # EOFError: the caller is gone
+        data = recv_frame(fd)  # EOFError: the caller is gone
         fast.received_one()
         if len(data) == 1:  # a fast step: its request is in the slot
             _fast_step(envs, fast, conn, timed=data == WAKE_STEP_TIMED)
