@@ -422,9 +422,14 @@ class StepSlot:
         """The `Ok` payload of a fast step answer for ``count`` envs (copied out of the
         slot), given the answer's pipe message: ``(None, rewards, terminations,
         truncations, infos)`` as the pickled path's, with float64/bool arrays."""
-        rewards = self.rewards[:count].copy()
-        terminations = self.terminations[:count].copy()
-        truncations = self.truncations[:count].copy()
+        if count == self.n:
+            rewards = self.rewards.copy()
+            terminations = self.terminations.copy()
+            truncations = self.truncations.copy()
+        else:
+            rewards = self.rewards[:count].copy()
+            terminations = self.terminations[:count].copy()
+            truncations = self.truncations[:count].copy()
         if isinstance(message, tuple):  # (FAST_INFOS, infos, layout)
             infos: Any = message[1]
         elif message == DONE_COLUMNS:

@@ -54,6 +54,20 @@ def attach_partial(error: BaseException, results: tuple, mask: np.ndarray) -> No
         logger.warning("could not attach partial results to %r", error)
 
 
+def _own_arrays(payload: tuple, n: int) -> bool:
+    """Whether a step answer's rewards and flags are ``n`` float64 / bool arrays."""
+    _, rewards, terminations, truncations, _ = payload
+    return (
+        type(rewards) is np.ndarray
+        and type(terminations) is np.ndarray
+        and type(truncations) is np.ndarray
+        and rewards.shape == (n,)
+        and rewards.dtype == np.float64
+        and terminations.shape == truncations.shape == (n,)
+        and terminations.dtype == truncations.dtype == np.bool_
+    )
+
+
 def _empty_infos(n: int, info_layout: str) -> Any:
     return [{} for _ in range(n)] if info_layout == "per_env" else {}
 
@@ -196,29 +210,40 @@ class StageStepping:
             WorkerCrashedError / the worker's exception: The first failure, with
                 ``partial_results`` (see `PipelinedVectorEnv.step_wait`).
         """
-        n = envs.stop - envs.start
+        n, start = envs.stop - envs.start, envs.start
         collected, error = self.wait(stages, "step", whole, timeout)
-        real = np.zeros(n, dtype=np.bool_)
-        rewards = np.zeros(n, dtype=np.float64)
-        terminations = np.zeros(n, dtype=np.bool_)
-        truncations = np.zeros(n, dtype=np.bool_)
+        answered = [pair for _, results in collected for pair in results]
         infos = _empty_infos(n, info_layout)
-        for _, results in collected:
-            for worker, (items, rew, term, trunc, env_infos) in results:
-                lo = worker.env_indices[0] - envs.start
+        batched = isinstance(infos, dict)
+        if len(answered) == 1 and _own_arrays(answered[0][1], n):
+            # one worker answered for every env with fresh float64/bool arrays (its
+            # slot's copies): they are the call's (nobody else holds them)
+            _, rewards, terminations, truncations, _ = answered[0][1]
+            fill = False
+        else:
+            rewards = np.zeros(n, dtype=np.float64)
+            terminations = np.zeros(n, dtype=np.bool_)
+            truncations = np.zeros(n, dtype=np.bool_)
+            fill = True
+        for worker, (items, rew, term, trunc, env_infos) in answered:
+            lo = worker.env_indices[0] - start
+            if fill:
                 hi = lo + len(worker.env_indices)
-                real[lo:hi] = True
                 rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
-                if items is None and isinstance(env_infos, ColumnInfos) and isinstance(infos, dict):
-                    infos = env_infos.merge_into(infos, lo, n)  # the fast path's info columns
-                    continue
-                for k, g in enumerate(worker.env_indices):
-                    if items is not None:
-                        self.observations.keep(g, items[k])
-                    for info in env_infos[k]:
-                        infos = add_env_info(infos, info, g - envs.start, n)
+            if items is None and batched and isinstance(env_infos, ColumnInfos):
+                infos = env_infos.merge_into(infos, lo, n)  # the fast path's info columns
+                continue
+            for k, g in enumerate(worker.env_indices):
+                if items is not None:
+                    self.observations.keep(g, items[k])
+                for info in env_infos[k]:
+                    infos = add_env_info(infos, info, g - start, n)
         obs = self.observations.batch(envs, copy)
         if error is not None:
+            real = np.zeros(n, dtype=np.bool_)
+            for worker, _ in answered:
+                lo = worker.env_indices[0] - start
+                real[lo : lo + len(worker.env_indices)] = True
             attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
             raise error
         return obs, rewards, terminations, truncations, infos

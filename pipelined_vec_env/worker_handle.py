@@ -296,7 +296,8 @@ class WorkerHandle:
             return
         if expect_answer:
             self.expected += 1
-            self._awaited.append((kind, timed, time.perf_counter()))
+            # the send time feeds the spin's latency estimate only (0.0: not timed)
+            self._awaited.append((kind, timed, time.perf_counter() if self.spin else 0.0))
 
     @staticmethod
     def _write_fast_step(slot: StepSlot, payload: Any) -> int:
