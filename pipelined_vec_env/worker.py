@@ -23,10 +23,12 @@ import ctypes
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -644,6 +646,23 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
         fast.answer(conn, _pickled((FAST_INFOS, infos, layout)))
 
 
+def _readable_waiter(fd: int) -> Callable[[], Any]:
+    """A blocking wait until ``fd`` (the worker's end of its socket pair) is readable or
+    hung up, for the serve loop to sleep in before each read.
+
+    Sleeping in ``poll`` for input instead of in ``read``: the caller's read of every
+    answer frees socket buffer space, and the kernel then wakes whoever sleeps on this
+    end's queue; a sleeper in ``read`` wakes for nothing (and the caller pays for the
+    wake-up), one in ``poll`` for input only is not woken by it (Linux filters poll
+    wake-ups by event).
+    """
+    if not hasattr(select, "poll"):  # pragma: no cover - platforms without poll()
+        return lambda: None
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return poller.poll
+
+
 def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     fast = _FastPath()
@@ -655,8 +674,10 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
 
 def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
     fd = fast.fd = conn.fileno()
+    readable = _readable_waiter(fd)
     while True:
         fast.wait_for_message()
+        readable()
         data = recv_frame(fd)  # EOFError: the caller is gone
         fast.received_one()
         if len(data) == 1:  # a fast step: its request is in the slot
