@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 _DEADLINE_COMMANDS = frozenset({Command.STEP, Command.RESET})
 
 
-@dataclass
+@dataclass(slots=True)
 class InFlight:
     """One command sent to a worker and not answered yet.
 
