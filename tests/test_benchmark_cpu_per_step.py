@@ -1,0 +1,57 @@
+"""Smoke test: ``benchmarks/cpu_per_step.py`` runs end to end with tiny numbers.
+
+Drives its `main` both ways (in this process, and with a core tree in a subprocess) and
+checks the JSON's shape; no timing is asserted (a few steps mean nothing).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("tyro")
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "cpu_per_step.py"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmarks_cpu_per_step", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and cloudpickle look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(180)
+def test_cpu_per_step_in_process_and_tree(tmp_path: Path) -> None:
+    script = _load_script()
+    output = tmp_path / "cpu.json"
+    result = script.main(
+        [
+            "--cases", "null-1x2-step", "null-2x1-staged",
+            "--trees", str(REPO),
+            "--rounds", "1", "--steps", "20", "--warmup", "2", "--num-envs", "2",
+            "--output", str(output),
+        ]
+    )  # fmt: skip
+    written = json.loads(output.read_text())
+    assert set(written["cases"]) == {"null-1x2-step", "null-2x1-staged"}
+    for by_tree in result["cases"].values():
+        (figures,) = by_tree.values()
+        assert figures["parent_us"] > 0 and figures["workers_us"] > 0
+        assert len(figures["runs"]) == 1
+    in_process = script.measure("null-1x2-step", steps=10, warmup=2, num_envs=2)
+    assert set(in_process) == {"parent_us", "workers_us", "wall_us", "load"}
+
+
+def test_cpu_per_step_rejects_bad_case() -> None:
+    script = _load_script()
+    with pytest.raises(ValueError, match="case"):
+        script.main(["--cases", "null-1x4-walk"])
