@@ -458,6 +458,7 @@ def tune(
     verify_top: int = 2,
     verify_close: float = 0.15,
     verify_rounds: int = 2,
+    verify_max: int = 8,
     worker_nice: Sequence[int | None] | None = None,
     probe_steps: int = 32,
     probe_seconds: float = 1.0,
@@ -479,10 +480,12 @@ def tune(
     3. Verify: the ``verify_top`` best predicted, every other layout predicted within
        ``verify_close`` of the best (at most ``verify_top + 2`` in all), and the best of the
        other mode when it is within 20% of the top, each run with `measure_layout` for the
-       same number of env steps (``verify_seconds`` at the first run's rate), in
-       ``verify_rounds`` interleaved rounds (the second in reverse order, each layout's
-       vector env kept between rounds); return the fastest measured (all its env steps over
-       all its time); without any run, the best predicted.
+       same number of env steps (``verify_seconds`` at the first run's rate); after those
+       first runs, every other layout predicted at or above the best rate measured so far
+       (best predicted first; the model over-predicts some layouts), up to ``verify_max``
+       layouts in all. All of them in ``verify_rounds`` interleaved rounds (every other one
+       in reverse order, each layout's vector env kept between rounds); return the fastest
+       measured (all its env steps over all its time); without any run, the best predicted.
 
     Worker priority is a candidate dimension where it matters: when the envs' CPU demand
     (``num_envs`` times their CPU fraction) reaches the cores, so that the caller's own
@@ -509,6 +512,8 @@ def tune(
         verify_close: Also verify layouts predicted within this fraction of the best
             (up to ``verify_top + 2`` in all): the model cannot rank those.
         verify_rounds: Interleaved rounds of verification runs (>= 1).
+        verify_max: Most layouts verified in all (worker priorities counted apart), which
+            bounds the time the rule "predicted at or above the best measured" may take.
         worker_nice: The workers' nice values to consider (None in it: the caller's);
             default: ``(None, NICED_WORKERS)`` when the envs oversubscribe the cores,
             else ``(None,)``; ignored when ``env_kwargs`` sets ``worker_nice``.
@@ -554,6 +559,7 @@ def tune(
     sizes = _check_ints("batch_sizes", batch_sizes, 1, n)
     _check_ints("verify_top", verify_top, 0, None)
     _check_ints("verify_rounds", verify_rounds, 1, None)
+    _check_ints("verify_max", verify_max, 1, None)
     if (
         isinstance(verify_close, bool)
         or not isinstance(verify_close, (int, float, np.integer, np.floating))
@@ -674,41 +680,64 @@ def tune(
                 for nice in nices
                 if nice != picks[0].worker_nice
             ]
+        del picks[verify_max:]
         # layouts the probe env can run need no start-up: run them first
         picks.sort(key=lambda layout: not _same_workers(layout, probe_layout))
         runs: dict[Layout, list[dict[str, float]]] = {}
         env_steps: int | None = None
-        for r in range(verify_rounds):
-            for layout in picks if r % 2 == 0 else picks[::-1]:
-                host = next((b for b in built if _same_workers(layout, b)), None)
-                expected = verify_seconds
-                if env_steps is not None:
-                    rate = _rate(runs.get(layout)) or max(
-                        (_rate(v) or 0.0 for v in runs.values()), default=0.0
-                    )
-                    expected = env_steps / rate if rate > 0 else verify_seconds
-                start_cost_here = 2 * start_cost if host is None else 0.0
-                if budget.left() < expected + 0.5 + start_cost_here:
-                    logger.info("tune: no time left to verify %s", layout.name)
-                    continue
-                if host is None:
-                    host = layout
-                    built[layout] = build(layout, budget.left())
-                stats = measure_layout(
-                    built[host],
-                    policy,
-                    batch_size=layout.batch_size,
-                    **(
-                        {"seconds": min(verify_seconds, max(0.05, 0.5 * budget.left()))}
-                        if env_steps is None
-                        else {"env_steps": env_steps}
-                    ),
-                    timeout=max(1.0, budget.left()),
-                    seed=seed,
+
+        def run_once(layout: Layout) -> bool:
+            """One verification run of ``layout`` (False: no time left for it)."""
+            nonlocal env_steps
+            host = next((b for b in built if _same_workers(layout, b)), None)
+            expected = verify_seconds
+            if env_steps is not None:
+                rate = _rate(runs.get(layout)) or max(
+                    (_rate(v) or 0.0 for v in runs.values()), default=0.0
                 )
-                if env_steps is None:  # every later run: as many env steps as this one
-                    env_steps = max(n, int(stats["steps"]))
-                runs.setdefault(layout, []).append(stats)
+                expected = env_steps / rate if rate > 0 else verify_seconds
+            start_cost_here = 2 * start_cost if host is None else 0.0
+            if budget.left() < expected + 0.5 + start_cost_here:
+                logger.info("tune: no time left to verify %s", layout.name)
+                return False
+            if host is None:
+                host = layout
+                built[layout] = build(layout, budget.left())
+            stats = measure_layout(
+                built[host],
+                policy,
+                batch_size=layout.batch_size,
+                **(
+                    {"seconds": min(verify_seconds, max(0.05, 0.5 * budget.left()))}
+                    if env_steps is None
+                    else {"env_steps": env_steps}
+                ),
+                timeout=max(1.0, budget.left()),
+                seed=seed,
+            )
+            if env_steps is None:  # every later run: as many env steps as this one
+                env_steps = max(n, int(stats["steps"]))
+            runs.setdefault(layout, []).append(stats)
+            return True
+
+        for layout in picks:  # round 1
+            run_once(layout)
+        # the model over-predicts some layouts: every other layout predicted at or above
+        # the best rate measured so far may be faster than it, so it is run too (best
+        # predicted first, at most verify_max layouts in all, while time is left)
+        for layout, predicted in distinct if runs else ():
+            if len(picks) >= verify_max:
+                break
+            if layout in picks:
+                continue
+            if predicted < max(_rate(v) or 0.0 for v in runs.values()):
+                break  # distinct is best predicted first: none of the rest qualifies
+            if not run_once(layout):
+                break
+            picks.append(layout)
+        for r in range(1, verify_rounds):  # interleaved: every other round reversed
+            for layout in picks[::-1] if r % 2 == 1 else picks:
+                run_once(layout)
         for layout, stats_list in runs.items():
             row = next(r for r in table if r["name"] == layout.name)
             row["measured"] = _rate(stats_list)

@@ -150,6 +150,63 @@ def test_staged_only_search_returns_staged_kwargs():
     assert result.kwargs["num_stages"] in (1, 2)
 
 
+def _slow_after_reset(obs: np.ndarray) -> np.ndarray:
+    """A policy the probe times on reset observations (step count 0), where it is free,
+    and that costs 5 ms a call on any later observation: the model over-predicts every
+    layout several times over."""
+    if np.any(obs[:, 1] > 0):
+        time.sleep(0.005)
+    return np.zeros(len(obs), dtype=np.int64)
+
+
+@pytest.mark.timeout(120)
+def test_layouts_predicted_above_the_best_measured_rate_are_verified():
+    # verify_top=1 and verify_close=0 pick only the best predicted layout; its measured
+    # rate (a 5 ms policy call per stage) is far below every prediction, so the rule
+    # "predicted at or above the best measured" verifies the next best predicted too
+    result = tune(
+        [functools.partial(CountingEnv, episode_length=1000)] * 4,
+        _slow_after_reset,
+        modes=("staged",),
+        num_stages=(1, 2, 4),
+        envs_per_worker=(1,),
+        verify_top=1,
+        verify_close=0.0,
+        verify_rounds=1,
+        verify_max=3,
+        worker_nice=(None,),
+        max_seconds=30,
+        probe_seconds=0.3,
+        verify_seconds=0.2,
+    )
+    rows = result.table
+    measured = [r for r in rows if r["measured"] is not None]
+    assert len(rows) == 3 and len(measured) == 3, result.format_table()
+    best_measured = max(r["measured"] for r in measured)
+    second = rows[1]
+    assert second["predicted"] < rows[0]["predicted"]
+    assert second["predicted"] >= best_measured and second["measured"] is not None
+    assert result.measured_steps_per_s == best_measured
+
+    # without room for more than one, only the best predicted is run
+    only = tune(
+        [functools.partial(CountingEnv, episode_length=1000)] * 4,
+        _slow_after_reset,
+        modes=("staged",),
+        num_stages=(1, 2, 4),
+        envs_per_worker=(1,),
+        verify_top=1,
+        verify_close=0.0,
+        verify_rounds=1,
+        verify_max=1,
+        worker_nice=(None,),
+        max_seconds=30,
+        probe_seconds=0.3,
+        verify_seconds=0.2,
+    )
+    assert [r["measured"] is not None for r in only.table] == [True, False, False]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -165,6 +222,7 @@ def test_staged_only_search_returns_staged_kwargs():
         ({"batch_sizes": (8,)}, "batch_sizes"),
         ({"verify_top": -1}, "verify_top"),
         ({"verify_rounds": 0}, "verify_rounds"),
+        ({"verify_max": 0}, "verify_max"),
         ({"verify_close": 1.0}, "verify_close"),
         ({"worker_nice": (None, 20)}, "worker_nice"),
         ({"worker_nice": ()}, "worker_nice"),
