@@ -265,7 +265,8 @@ def _measure(
     timeout: float,
 ) -> tuple[Costs, dict[str, Any]]:
     n = envs.num_envs
-    obs, _ = envs.reset(seed=seed)
+    reset_obs, _ = envs.reset(seed=seed)
+    obs = reset_obs
     # one command round trip to one worker (wall)
     for _ in range(3):
         envs.call_at([0], _noop)
@@ -275,17 +276,24 @@ def _measure(
         envs.call_at([0], _noop)
         trips.append(time.perf_counter() - t0)
     latency = float(np.median(trips))
-    # whole step() rounds: the caller's CPU per message, the workers' CPU per env step
-    envs.action_space.seed(seed)
-    actions = envs.action_space.sample()
-    envs.step(actions)
+    # whole step() rounds on the policy's own actions (their dtype and layout decide the
+    # path they take to the workers: an action batch that does not match the action
+    # space's dtype goes pickled, costing both sides more): the caller's CPU per message
+    # (less the policy's own), the workers' CPU per env step
+    actions = policy(obs)
+    _check_policy_output(actions, n, envs)
+    obs, *_ = envs.step(actions)
     before = np.array(envs.call(_worker_cpu))
-    c0, rounds = time.process_time(), 0
+    c0, rounds, policy_cpu_in_rounds = time.process_time(), 0, 0.0
     t_end = time.perf_counter() + min(0.3, probe_seconds / 4)
     while rounds < 3 or (rounds < 200 and time.perf_counter() < t_end):
-        envs.step(actions)
+        p0 = time.process_time()
+        actions = policy(obs)
+        policy_cpu_in_rounds += time.process_time() - p0
+        obs, *_ = envs.step(actions)
         rounds += 1
-    message_cpu = (time.process_time() - c0) / rounds / (n + 1)
+    caller_cpu = max(0.0, time.process_time() - c0 - policy_cpu_in_rounds)
+    message_cpu = caller_cpu / rounds / (n + 1)
     in_rounds = (np.array(envs.call(_worker_cpu)) - before)[:, 0] / rounds
     # each env's steps, timed inside its worker (all at once, as the loops run them)
     envs.call_async(_timed_steps, probe_steps, probe_seconds, seed)
@@ -318,7 +326,9 @@ def _measure(
         effective_cores = float(np.clip(cpu_all.sum() / max(span, 1e-9), 0.05, cores))
         background = 0.0
 
-    policy_wall, policy_cpu = _time_policy(policy, envs, obs, sizes, min(1.0, probe_seconds / 2))
+    policy_wall, policy_cpu = _time_policy(
+        policy, envs, reset_obs, sizes, min(1.0, probe_seconds / 2)
+    )
     costs = Costs(
         step_cpu=step_cpu,
         step_sleep=step_sleep,
