@@ -138,7 +138,8 @@ def test_staged_only_search_returns_staged_kwargs():
         modes=("staged",),
         num_stages=(1, 2),
         verify_top=1,
-        verify_close=0.0,  # exactly verify_top runs (one worker priority)
+        verify_close=0.0,
+        verify_max=1,  # exactly verify_top runs (one worker priority)
         worker_nice=(None,),
         max_seconds=20,
         probe_seconds=0.3,
