@@ -90,6 +90,9 @@ class Costs:
             busy tasks sharing them with ours (0 on an idle machine).
         caller_nice: The caller's nice value; a layout's ``worker_nice`` counts relative
             to it.
+        slice_seconds: The scheduler's time slice at nice 0: CPU segments that
+            oversubscribe the cores take turns in slices this long (weighted by nice);
+            None: processor sharing (every runnable task progresses at once).
     """
 
     step_cpu: Sequence[np.ndarray]
@@ -103,6 +106,7 @@ class Costs:
     background_load: float = 0.0
     worker_message_cpu: float = 0.0
     caller_nice: int = 0
+    slice_seconds: float | None = None
 
     @property
     def num_envs(self) -> int:
@@ -171,16 +175,40 @@ def _shares(weights: list[float], cores: float) -> list[float]:
 
 class _Machine:
     """Tasks in simulated time: each a list of ``("cpu" | "off", seconds)`` segments and a
-    CFS weight. CPU segments share ``cores`` in proportion to their weights (at most one
-    core each) with ``background`` always busy tasks of other processes (weight 1);
-    off-CPU segments just wait."""
+    CFS weight; off-CPU segments just wait. CPU segments share ``cores`` with
+    ``background`` always busy tasks of other processes (weight 1), one of two ways:
 
-    def __init__(self, cores: float, background: float = 0.0) -> None:
+    - ``slice_seconds`` None: processor sharing, in proportion to the weights (at most one
+      core each). Tasks that start together finish together.
+    - ``slice_seconds`` q: time slices, as Linux's EEVDF scheduler hands them out:
+      ``ceil(cores)`` slots (each at ``cores / slots`` of a core) serve a run queue in
+      turn, a task runs for at most ``q`` before going to the back; a task that wakes (its
+      CPU segment follows an off-CPU one, or starts it) joins the front, heavier weights
+      first, and takes the slot of a lighter running task at once, else waits for a slice
+      to end or a slot to free. CPU-bound tasks that start together finish one after
+      another, a woken caller waits for its equals' slice to end but not for niced ones.
+    """
+
+    def __init__(
+        self, cores: float, background: float = 0.0, slice_seconds: float | None = None
+    ) -> None:
         self.cores = cores
         self.background = background
+        self.slice = slice_seconds
         self.now = 0.0
-        self.tasks: dict[int, list] = {}  # id -> [segments, index, remaining, on_done]
+        self.tasks: dict[int, list] = {}  # id -> [segments, index, remaining, on_done, weight]
         self._next_id = 0
+        # time slices: running task -> slice left; waiting tasks in order
+        self.slots = max(1, math.ceil(cores - 1e-9))
+        self.running: dict[int, float] = {}
+        self.queue: list[int] = []
+        if slice_seconds is not None:
+            whole, frac = int(background), background - int(background)
+            weights = [1.0] * whole + ([frac] if frac > 0 else [])
+            for i, w in enumerate(weights):  # background: negative ids, never done
+                self.tasks[-1 - i] = [[("cpu", math.inf)], 0, math.inf, None, w]
+                self.queue.append(-1 - i)
+            self._fill()
 
     def start(
         self, segments: list[tuple[str, float]], on_done: Callable[[], None], weight: float = 1.0
@@ -189,10 +217,33 @@ class _Machine:
         if not segments:
             on_done()
             return
-        self.tasks[self._next_id] = [segments, 0, segments[0][1], on_done, weight]
+        key = self._next_id
+        self.tasks[key] = [segments, 0, segments[0][1], on_done, weight]
         self._next_id += 1
+        if self.slice is not None and segments[0][0] == "cpu":
+            self._wake(key)
+
+    def _wake(self, key: int) -> None:
+        weight = self.tasks[key][4]
+        at = next((i for i, k in enumerate(self.queue) if self.tasks[k][4] <= weight), None)
+        self.queue.insert(len(self.queue) if at is None else at, key)
+        self._fill()
+        if key in self.running or len(self.running) < self.slots:
+            return
+        lightest = min(self.running, key=lambda k: self.tasks[k][4])
+        if self.tasks[lightest][4] < weight:  # preempted: it goes first among its equals
+            del self.running[lightest]
+            self.queue.remove(key)
+            self.running[key] = self.slice  # type: ignore[assignment]
+            self._wake(lightest)
+
+    def _fill(self) -> None:
+        while self.queue and len(self.running) < self.slots:
+            self.running[self.queue.pop(0)] = self.slice  # type: ignore[assignment]
 
     def _rates(self) -> dict[int, float]:
+        if self.slice is not None:
+            return dict.fromkeys(self.running, self.cores / self.slots)
         on_cpu = [key for key, t in self.tasks.items() if t[0][t[1]][0] == "cpu"]
         weights = [self.tasks[key][4] for key in on_cpu]
         if len(set(weights)) <= 1 and (
@@ -207,21 +258,52 @@ class _Machine:
         return dict(zip(on_cpu, rates[: len(on_cpu)], strict=True))
 
     def advance(self) -> None:
-        """Run until the next segment ends; call the callbacks of tasks that finished."""
-        if not self.tasks:
+        """Run until the next segment (or time slice) ends; call the callbacks of tasks
+        that finished."""
+        if not any(key >= 0 for key in self.tasks):
             raise RuntimeError("simulation stalled: no task is running")
         rates = self._rates()
-        dt = min(t[2] / rates[k] if k in rates else t[2] for k, t in self.tasks.items())
+        sliced = self.slice is not None
+        dt = math.inf
+        for key, t in self.tasks.items():
+            if t[0][t[1]][0] == "off":
+                dt = min(dt, t[2])
+            elif key in rates:
+                dt = min(dt, t[2] / rates[key])
+                if sliced:
+                    dt = min(dt, self.running[key] / rates[key])
         self.now += dt
-        done = []
+        done, woken, expired = [], [], []
         for key, t in list(self.tasks.items()):
-            t[2] -= dt * rates[key] if key in rates else dt
+            on_cpu = t[0][t[1]][0] == "cpu"
+            if on_cpu and key not in rates:
+                continue  # waiting for a core
+            progress = dt * rates[key] if on_cpu else dt
+            t[2] -= progress
+            if sliced and on_cpu:
+                self.running[key] -= progress
             if t[2] <= 1e-12:
                 t[1] += 1
                 if t[1] < len(t[0]):
                     t[2] = t[0][t[1]][1]
+                    now_cpu = t[0][t[1]][0] == "cpu"
+                    if sliced and on_cpu and not now_cpu:
+                        del self.running[key]
+                    elif sliced and not on_cpu and now_cpu:
+                        woken.append(key)
                 else:
                     done.append(key)
+                    if sliced and on_cpu:
+                        del self.running[key]
+            if sliced and key in self.running and self.running[key] <= 1e-12:
+                expired.append(key)
+        if sliced:
+            for key in expired:
+                del self.running[key]
+                self.queue.append(key)
+            self._fill()
+            for key in woken:
+                self._wake(key)
         for key in done:
             self.tasks.pop(key)[3]()
 
@@ -251,7 +333,7 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
     n = costs.num_envs
     rng = np.random.default_rng(seed)
     total = env_steps or max(400, 60 * n)
-    machine = _Machine(costs.cores, costs.background_load)
+    machine = _Machine(costs.cores, costs.background_load, costs.slice_seconds)
     latency = max(0.0, costs.message_latency)
     # workers' CPU share against the caller's (weight 1): CFS weights of their nice values
     worker_weight = (

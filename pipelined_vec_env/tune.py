@@ -16,6 +16,7 @@ import inspect
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -176,6 +177,16 @@ def _autogroup() -> bool:
             return f.read().strip() == "1"
     except OSError:
         return False
+
+
+def _scheduler_slice() -> float | None:
+    """Linux's time slice for nice-0 tasks (EEVDF's ``base_slice``, CFS's minimum
+    granularity): 0.75 ms times ``1 + log2(cpus)``, cpus capped at 8 (the kernel's default
+    logarithmic scaling); None off Linux (the model then shares cores continuously)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    cpus = min(os.cpu_count() or 1, 8)
+    return 0.75e-3 * (1 + int(math.log2(cpus)))
 
 
 def _usable_cores() -> int:
@@ -341,6 +352,7 @@ def _measure(
         background_load=background,
         worker_message_cpu=worker_message_cpu,
         caller_nice=os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0,
+        slice_seconds=_scheduler_slice(),
     )
     work = np.concatenate([c + z for c, z in zip(step_cpu, step_sleep, strict=True)]) * 1e3
     wall = np.concatenate(step_wall) * 1e3
@@ -366,6 +378,7 @@ def _measure(
         "policy_ms": {int(b): float(w * 1e3) for b, w in zip(sizes, policy_wall, strict=True)},
         "policy_cpu_ms": {int(b): float(c * 1e3) for b, c in zip(sizes, policy_cpu, strict=True)},
         "cores": cores,
+        "slice_ms": None if costs.slice_seconds is None else costs.slice_seconds * 1e3,
     }
     return costs, summary
 

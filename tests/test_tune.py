@@ -277,10 +277,14 @@ def _fixed_costs(n: int, step: float, per_obs: float, cores: int) -> Costs:
     )
 
 
+@pytest.mark.parametrize("slice_seconds", [None, 1.5e-3])
 @pytest.mark.parametrize(("num_envs", "stages"), [(4, 1), (4, 2), (4, 4), (8, 2), (8, 4)])
-def test_model_reproduces_the_overlap_bound_for_fixed_costs(num_envs, stages):
-    # issue 14's workload: a 4 ms CPU-bound step, a 2 ms-per-observation off-CPU policy, 2 cores
-    costs = _fixed_costs(num_envs, 0.004, 0.002, cores=2)
+def test_model_reproduces_the_overlap_bound_for_fixed_costs(num_envs, stages, slice_seconds):
+    # issue 14's workload: a 4 ms CPU-bound step, a 2 ms-per-observation off-CPU policy,
+    # 2 cores, shared continuously or in time slices
+    costs = dataclasses.replace(
+        _fixed_costs(num_envs, 0.004, 0.002, cores=2), slice_seconds=slice_seconds
+    )
     layout = Layout("staged", stages, num_envs // stages)  # one worker per stage
     predicted = simulate(layout, costs)
     assert predicted == pytest.approx(overlap_bound(num_envs, stages, 0.004, 0.002, 2), rel=0.01)
@@ -322,3 +326,31 @@ def test_model_gives_the_caller_priority_over_niced_workers():
     )
     assert same == pytest.approx(equal, rel=1e-6)
     assert Layout("staged", 4, 1, worker_nice=10).name == "staged 4x1 nice 10"
+
+
+def test_time_slices_keep_cpu_bound_envs_from_finishing_in_lockstep():
+    # the busy benchmark workload: 8 envs of 4 ms CPU on 2 cores, a policy sleeping 2 ms
+    # per observation. Shared continuously, envs started together finish together and
+    # recv(1) gets them in bursts the policy works through one after the other, the
+    # cores idle; in time slices they finish one after another (measured: ~390 steps/s)
+    costs = _fixed_costs(8, 0.004, 0.002, cores=2)
+    shared = simulate(Layout("decoupled", batch_size=1), costs)
+    sliced = simulate(
+        Layout("decoupled", batch_size=1), dataclasses.replace(costs, slice_seconds=1.5e-3)
+    )
+    assert shared < 300 and sliced > 1.25 * shared
+    assert sliced <= overlap_bound(8, 8, 0.004, 0.0, 2) * 1.01  # never above the cores
+
+
+def test_time_slices_let_a_heavier_task_preempt_niced_workers():
+    # the caller's CPU (0.5 ms a call) behind 4 CPU-bound workers on 2 cores: at equal
+    # priority it waits for a slice to end, niced workers give up their core at once
+    costs = dataclasses.replace(
+        _fixed_costs(4, 0.004, 0.0, cores=2),
+        policy_wall=np.full(4, 2.5e-3),
+        policy_cpu=np.full(4, 0.5e-3),
+        slice_seconds=3e-3,
+    )
+    equal = simulate(Layout("staged", 4, 1), costs)
+    niced = simulate(Layout("staged", 4, 1, worker_nice=10), costs)
+    assert niced > 1.1 * equal
