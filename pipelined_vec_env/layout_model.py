@@ -10,7 +10,8 @@ are random (a measured distribution per env), the policy has a fixed cost per ca
 message to a worker costs caller CPU and latency, and envs may be CPU-bound (they share the
 machine's cores) or sleep (a GPU, a remote simulator). Rather than a closed form for each
 case, `simulate` plays the loop forward over resampled step times, in simulated time, with
-the machine's cores shared equally by every task that wants CPU (processor sharing). The
+the machine's cores handed out in time slices, as Linux's scheduler does (or shared
+continuously by every task that wants CPU: processor sharing, where no slice is given). The
 order statistics a closed form would need (the slowest of a stage's workers, the ``b``-th of
 ``N`` envs to finish in decoupled mode) come out of the simulation. With constant step times
 and no overheads it gives the closed form above (tested).
