@@ -48,14 +48,14 @@ class Layout:
         batch_size: The ``recv`` batch of decoupled mode (least results per policy call);
             None when staged.
         worker_nice: The workers' nice value (``PipelinedVectorEnv(worker_nice=...)``),
-            None: the caller's (equal priority).
+            ``"idle"`` (``SCHED_IDLE``), or None: the caller's (equal priority).
     """
 
     mode: str
     num_stages: int = 1
     envs_per_worker: int = 1
     batch_size: int | None = None
-    worker_nice: int | None = None
+    worker_nice: int | str | None = None
 
     @property
     def name(self) -> str:
@@ -148,10 +148,13 @@ def overlap_bound(
     return num_envs / round_time
 
 
-def nice_weight(nice: int) -> float:
+def nice_weight(nice: int | str) -> float:
     """Linux CFS's share weight of a task at ``nice`` relative to nice 0 (about 1.25x per
-    step: ``sched_prio_to_weight``, 1024 at 0, 110 at 10, 15 at 19)."""
-    return 1.25 ** (-nice)
+    step: ``sched_prio_to_weight``, 1024 at 0, 110 at 10, 15 at 19); ``"idle"``
+    (``SCHED_IDLE``): 3 of 1024."""
+    if nice == "idle":
+        return 3 / 1024
+    return 1.25 ** (-int(nice))
 
 
 def _shares(weights: list[float], cores: float) -> list[float]:

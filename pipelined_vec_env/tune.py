@@ -482,7 +482,7 @@ def tune(
     verify_close: float = 0.15,
     verify_rounds: int = 2,
     verify_max: int = 8,
-    worker_nice: Sequence[int | None] | None = None,
+    worker_nice: Sequence[int | str | None] | None = None,
     probe_steps: int = 32,
     probe_seconds: float = 1.0,
     verify_seconds: float = 0.5,
@@ -537,9 +537,10 @@ def tune(
         verify_rounds: Interleaved rounds of verification runs (>= 1).
         verify_max: Most layouts verified in all (worker priorities counted apart), which
             bounds the time the rule "predicted at or above the best measured" may take.
-        worker_nice: The workers' nice values to consider (None in it: the caller's);
-            default: ``(None, NICED_WORKERS)`` when the envs oversubscribe the cores,
-            else ``(None,)``; ignored when ``env_kwargs`` sets ``worker_nice``.
+        worker_nice: The workers' nice values to consider (None in it: the caller's;
+            ``"idle"``: ``SCHED_IDLE``, opt-in, see ``docs/tune.md``); default:
+            ``(None, NICED_WORKERS)`` when the envs oversubscribe the cores, else
+            ``(None,)``; ignored when ``env_kwargs`` sets ``worker_nice``.
         probe_steps: Most steps per env timed for the step-time distribution.
         probe_seconds: Time for those steps (and, half of it, for timing the policy).
         verify_seconds: Length of each verification run.
@@ -589,19 +590,20 @@ def tune(
         or not 0 <= verify_close < 1
     ):
         raise ValueError(f"verify_close: expected a fraction in [0, 1), got {verify_close!r}")
-    nices: tuple[int | None, ...] | None = None
+    nices: tuple[int | str | None, ...] | None = None
     if worker_nice is not None:
         values = tuple(worker_nice) if isinstance(worker_nice, (list, tuple)) else (worker_nice,)
         if not values or not all(
             v is None
+            or v == "idle"
             or (not isinstance(v, bool) and isinstance(v, (int, np.integer)) and -20 <= v <= 19)
             for v in values
         ):
             raise ValueError(
-                f"worker_nice: expected a non-empty sequence of None or ints in [-20, 19], "
-                f"got {worker_nice!r}"
+                f"worker_nice: expected a non-empty sequence of None, 'idle' or ints in "
+                f"[-20, 19], got {worker_nice!r}"
             )
-        nices = tuple(dict.fromkeys(None if v is None else int(v) for v in values))
+        nices = tuple(dict.fromkeys(v if v is None or v == "idle" else int(v) for v in values))
     _check_ints("probe_steps", probe_steps, 1, None)
     probe_seconds = _positive("probe_seconds", probe_seconds)
     verify_seconds = _positive("verify_seconds", verify_seconds)

@@ -95,6 +95,26 @@ def test_worker_priority_is_considered_when_cpu_bound_envs_oversubscribe_the_cor
     assert {row["kwargs"]["worker_nice"] for row in kept.table} == {5}
 
 
+@pytest.mark.timeout(120)
+def test_idle_workers_are_a_candidate_when_asked_for(make_pipelined):
+    result = tune(
+        _busy_fns(4),
+        _zeros,
+        max_seconds=20,
+        cores=1,
+        worker_nice=(None, "idle"),
+        probe_seconds=0.3,
+        verify_seconds=0.2,
+    )
+    assert {row["kwargs"]["worker_nice"] for row in result.table} == {None, "idle"}
+    assert result.measurements["worker_nice_considered"] == [None, "idle"]
+    # the best layout is verified at both priorities
+    verified = {row["kwargs"]["worker_nice"] for row in result.table if row["measured"]}
+    assert verified == {None, "idle"}, result.format_table()
+    envs = make_pipelined(_busy_fns(4), **result.kwargs)
+    assert envs.worker_nice == result.kwargs["worker_nice"]
+
+
 def test_sleeping_envs_keep_the_callers_priority():
     fns = [
         functools.partial(LatencyEnv, median_seconds=0.005, sigma=0.1, latency_seed=i)
@@ -227,6 +247,7 @@ def test_layouts_predicted_above_the_best_measured_rate_are_verified():
         ({"verify_close": 1.0}, "verify_close"),
         ({"worker_nice": (None, 20)}, "worker_nice"),
         ({"worker_nice": ()}, "worker_nice"),
+        ({"worker_nice": ("lowest",)}, "worker_nice"),
         ({"probe_seconds": -1.0}, "probe_seconds"),
         ({"cores": 0}, "cores"),
         ({"env_kwargs": {"num_stages": 2}}, "env_kwargs"),
@@ -354,3 +375,4 @@ def test_time_slices_let_a_heavier_task_preempt_niced_workers():
     equal = simulate(Layout("staged", 4, 1), costs)
     niced = simulate(Layout("staged", 4, 1, worker_nice=10), costs)
     assert niced > 1.1 * equal
+    assert simulate(Layout("staged", 4, 1, worker_nice="idle"), costs) >= niced * 0.99
