@@ -91,9 +91,11 @@ class Costs:
             busy tasks sharing them with ours (0 on an idle machine).
         caller_nice: The caller's nice value; a layout's ``worker_nice`` counts relative
             to it.
-        slice_seconds: The scheduler's time slice at nice 0: CPU segments that
-            oversubscribe the cores take turns in slices this long (weighted by nice);
-            None: processor sharing (every runnable task progresses at once).
+        slice_seconds: The scheduler's time slice: CPU segments that oversubscribe the
+            cores take turns in slices this long, a woken task of a higher weight (a
+            caller beside niced workers) taking a lighter one's core at once; None:
+            processor sharing (every runnable task progresses at once, at its weight's
+            share).
     """
 
     step_cpu: Sequence[np.ndarray]

@@ -60,7 +60,8 @@ class TuneResult:
             not run).
         measurements: What the model was fed: ``step_ms`` (median, p90, p99 and mean of
             the step time), ``cpu_fraction`` (mean), ``message_latency_us``,
-            ``message_cpu_us``, ``policy_ms`` (batch size -> wall ms), ``cores``.
+            ``message_cpu_us``, ``policy_ms`` (batch size -> wall ms), ``cores``,
+            ``slice_ms`` (the scheduler's time slice the model used; None off Linux).
         seconds: Wall time `tune` took.
     """
 
@@ -495,8 +496,9 @@ def tune(
     1. Measure, on one vector env with one env per worker: each env's step time
        (``send``/``recv`` turnaround of random actions, at most ``cores`` envs in flight,
        minus the latency of a no-op command), the fraction of it spent on a CPU (the
-       workers' CPU time), the caller's CPU per worker message (from ``step()`` rounds),
-       and the policy's wall and CPU time at the batch sizes the layouts need.
+       workers' CPU time), the caller's CPU per worker message (from ``step()`` rounds
+       on the policy's own actions), and the policy's wall and CPU time at the batch
+       sizes the layouts need.
     2. Predict every candidate layout's env steps/s with
        `pipelined_vec_env.layout_model.simulate` (the overlap bound of the design notes,
        generalised; see ``docs/tune.md``).
