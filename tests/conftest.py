@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
@@ -12,6 +16,20 @@ import pytest
 from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative_path: str, name: str) -> ModuleType:
+    """Import the repository's script ``relative_path`` (e.g. ``"benchmarks/tune.py"``) as
+    module ``name``, registered in `sys.modules` (dataclasses, tyro and cloudpickle look
+    a module up by name)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relative_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

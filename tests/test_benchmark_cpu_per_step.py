@@ -6,27 +6,21 @@ checks the JSON's shape; no timing is asserted (a few steps mean nothing).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from .conftest import load_script
+
 pytest.importorskip("tyro")
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "cpu_per_step.py"
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_cpu_per_step", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and cloudpickle look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/cpu_per_step.py", "benchmarks_cpu_per_step")
 
 
 @pytest.mark.timeout(180)

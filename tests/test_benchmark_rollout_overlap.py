@@ -3,26 +3,18 @@ workload) with tiny numbers, and its ideal bound. No speed is asserted."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from .conftest import load_script
+
 pytest.importorskip("tyro")
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_overlap.py"
-
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_rollout_overlap", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and cloudpickle look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/rollout_overlap.py", "benchmarks_rollout_overlap")
 
 
 def test_ideal_rate_is_issue_14s_bound():

@@ -3,26 +3,19 @@ the docs describe. No speed is asserted: a quick run's numbers mean nothing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-pytest.importorskip("tyro")
+from .conftest import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
+pytest.importorskip("tyro")
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_tune", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # cloudpickle looks the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/tune.py", "benchmarks_tune")
 
 
 @pytest.mark.slow

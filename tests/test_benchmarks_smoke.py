@@ -7,28 +7,21 @@ mean nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from .conftest import load_script
+
 pytest.importorskip("mujoco")
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("tyro")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
-
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_throughput", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and cloudpickle look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/throughput.py", "benchmarks_throughput")
 
 
 def _envpool_importable() -> bool:

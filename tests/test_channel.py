@@ -19,6 +19,8 @@ from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
 from pipelined_vec_env.infos import split_infos
 from tests.conftest import assert_tree_equal
 
+from .conftest import load_script
+
 pytestmark = pytest.mark.timeout(120)
 
 TOKEN = 100_000  # actions encode (env id, step): env_id * TOKEN + step
@@ -366,17 +368,9 @@ def test_benchmark_runs_end_to_end(tmp_path):
     No timing is asserted: a 3-env, 3-step run says nothing about speed.
     """
     pytest.importorskip("tyro")
-    import importlib.util
     import json
-    import sys
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "decoupled.py"
-    spec = importlib.util.spec_from_file_location("benchmarks_decoupled", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and cloudpickle look the module up by name
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/decoupled.py", "benchmarks_decoupled")
     out = tmp_path / "decoupled.json"
     args = module.Args(
         num_envs=3,

@@ -8,8 +8,6 @@ two must agree exactly, episode by episode.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,6 +16,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import assert_tree_equal
+
+from .conftest import load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("tyro")
@@ -42,13 +42,7 @@ TINY = [
 
 
 def load_example(name: str) -> ModuleType:
-    path = EXAMPLES / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # tyro and dataclasses resolve annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"examples/{name}.py", f"example_{name}")
 
 
 def check_logged_episodes(result: dict, num_envs: int, episode_length: int) -> None:

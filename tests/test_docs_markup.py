@@ -7,7 +7,6 @@ live in ``scripts/check_docs_html.py`` (which ``.ci/run`` also runs on the built
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,17 +15,13 @@ from types import ModuleType
 
 import pytest
 
+from .conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "check_docs_html.py"
 
 
 def _load_checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_docs_html", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/check_docs_html.py", "check_docs_html")
 
 
 checker = _load_checker()

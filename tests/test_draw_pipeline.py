@@ -6,13 +6,13 @@ the picture is drawn from a simulated schedule, checked here, not from hand-plac
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from itertools import pairwise
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from .conftest import load_script
 
 pytest.importorskip("matplotlib")
 
@@ -20,14 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "draw_pipeline", ROOT / "scripts" / "draw_pipeline.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/draw_pipeline.py", "draw_pipeline")
 
 
 draw_pipeline = _load_script()

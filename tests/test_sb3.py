@@ -36,6 +36,8 @@ from pipelined_vec_env.debug_envs import CountingEnv  # noqa: E402
 from pipelined_vec_env.sb3 import SB3VecEnv, split_infos  # noqa: E402
 from tests.conftest import ActionRecordingEnv, assert_tree_equal  # noqa: E402
 
+from .conftest import load_script
+
 LENGTHS = [2, 3, 5, 4]
 NUM_ENVS = len(LENGTHS)
 
@@ -285,16 +287,7 @@ def test_sac_smoke(vec_envs):
 
 
 def test_sb3_example_runs():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "examples" / "sb3_ppo.py"
-    spec = importlib.util.spec_from_file_location("example_sb3_ppo", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_script("examples/sb3_ppo.py", "example_sb3_ppo")
     args = module.tyro.cli(
         module.Args,
         args=[

@@ -6,30 +6,23 @@ memory figure is asserted (a few thousand steps say nothing about a slope).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
+from .conftest import load_script
+
 pytest.importorskip("tyro")
 pytest.importorskip("psutil")
 
 pytestmark = pytest.mark.timeout(120)
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
-
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_soak", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/soak.py", "benchmarks_soak")
 
 
 def test_fit_slope_is_least_squares() -> None:

@@ -17,7 +17,7 @@ from reference_trainer.checkpoint import find_checkpoint
 from reference_trainer.config import TrainConfig
 from reference_trainer.train import train
 
-from .conftest import tiny_train_config
+from .conftest import load_script, tiny_train_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -177,17 +177,12 @@ def test_train_libero_help_explains_both_recipes():
         assert flag in text, flag
 
 
-def test_train_libero_takes_num_stages_auto(monkeypatch):
+def test_train_libero_takes_num_stages_auto():
     """The main job's --num-stages takes "auto" (tune picks the training layout); the
     demos and a checkpoint's evaluation then use 2 stages."""
     import tyro
 
-    path = REPO / "examples" / "train_libero.py"
-    spec = importlib.util.spec_from_file_location("train_libero", path)
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses and tyro resolve the annotations through the module
-    monkeypatch.setitem(sys.modules, "train_libero", module)
-    spec.loader.exec_module(module)
+    module = load_script("examples/train_libero.py", "train_libero")
     config = tyro.cli(module.LiberoTrainConfig, args=["--num-stages", "auto"])
     assert config.num_stages == "auto" and module._fixed_stages(config) == 2
     assert module._fixed_stages(tyro.cli(module.LiberoTrainConfig, args=["--num-stages", "3"])) == 3

@@ -185,21 +185,24 @@ def test_layouts_predicted_above_the_best_measured_rate_are_verified():
     # verify_top=1 and verify_close=0 pick only the best predicted layout; its measured
     # rate (a 5 ms policy call per stage) is far below every prediction, so the rule
     # "predicted at or above the best measured" verifies the next best predicted too
-    result = tune(
-        [functools.partial(CountingEnv, episode_length=1000)] * 4,
-        _slow_after_reset,
-        modes=("staged",),
-        num_stages=(1, 2, 4),
-        envs_per_worker=(1,),
-        verify_top=1,
-        verify_close=0.0,
-        verify_rounds=1,
-        verify_max=3,
-        worker_nice=(None,),
-        max_seconds=30,
-        probe_seconds=0.3,
-        verify_seconds=0.2,
-    )
+    def run(verify_max: int) -> TuneResult:
+        return tune(
+            [functools.partial(CountingEnv, episode_length=1000)] * 4,
+            _slow_after_reset,
+            modes=("staged",),
+            num_stages=(1, 2, 4),
+            envs_per_worker=(1,),
+            verify_top=1,
+            verify_close=0.0,
+            verify_rounds=1,
+            verify_max=verify_max,
+            worker_nice=(None,),
+            max_seconds=30,
+            probe_seconds=0.3,
+            verify_seconds=0.2,
+        )
+
+    result = run(verify_max=3)
     rows = result.table
     measured = [r for r in rows if r["measured"] is not None]
     assert len(rows) == 3 and len(measured) == 3, result.format_table()
@@ -210,21 +213,7 @@ def test_layouts_predicted_above_the_best_measured_rate_are_verified():
     assert result.measured_steps_per_s == best_measured
 
     # without room for more than one, only the best predicted is run
-    only = tune(
-        [functools.partial(CountingEnv, episode_length=1000)] * 4,
-        _slow_after_reset,
-        modes=("staged",),
-        num_stages=(1, 2, 4),
-        envs_per_worker=(1,),
-        verify_top=1,
-        verify_close=0.0,
-        verify_rounds=1,
-        verify_max=1,
-        worker_nice=(None,),
-        max_seconds=30,
-        probe_seconds=0.3,
-        verify_seconds=0.2,
-    )
+    only = run(verify_max=1)
     assert [r["measured"] is not None for r in only.table] == [True, False, False]
 
 
