@@ -493,12 +493,12 @@ def tune(
 ) -> TuneResult:
     """Choose the fastest layout for ``env_fns`` driven by ``policy`` from one caller thread.
 
-    1. Measure, on one vector env with one env per worker: each env's step time
-       (``send``/``recv`` turnaround of random actions, at most ``cores`` envs in flight,
-       minus the latency of a no-op command), the fraction of it spent on a CPU (the
-       workers' CPU time), the caller's CPU per worker message (from ``step()`` rounds
-       on the policy's own actions), and the policy's wall and CPU time at the batch
-       sizes the layouts need.
+    1. Measure, on one vector env with one env per worker: each env's step time, timed
+       inside its worker over steps of random actions (wall time, CPU time and time
+       runnable but waiting for a core, per step), the round-trip latency of a no-op
+       command, the caller's CPU per worker message and the workers' CPU per env step
+       (from ``step()`` rounds on the policy's own actions), and the policy's wall and CPU
+       time at the batch sizes the layouts need.
     2. Predict every candidate layout's env steps/s with
        `pipelined_vec_env.layout_model.simulate` (the overlap bound of the design notes,
        generalised; see ``docs/tune.md``).
