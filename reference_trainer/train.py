@@ -469,6 +469,7 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 )
             video_start = time.perf_counter()
             if video:
+                progress.describe(f"eval {what}: recording a video of one episode")
                 path = run_dir / "videos" / f"eval_iter{iteration:05d}.mp4"
                 result.video_path = record_video(
                     agent, factory, device, path, config.eval_seed, config.video_fps
