@@ -87,8 +87,8 @@ class LiberoTrainConfig(TrainConfig):
     train_init_states: str = "0:30"
     """Init states training episodes start from (at random), e.g. '0:30'."""
     eval_init_states: str = "30:50"
-    """Init states of the evaluations, one episode each (default: 20 no demo used);
-    --eval-episodes is set from it."""
+    """Init states of the evaluations, one episode each (default: 20 no demo used); this
+    sets the number of evaluation episodes (--eval-episodes is ignored here)."""
 
     # -- the main job's steps --------------------------------------------------------------
     from_scratch: bool = False
@@ -499,7 +499,8 @@ def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
             ax.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
         points = [(e["global_step"], e[eval_key]) for e in evaluations if eval_key in e]
         if points:
-            ax.plot(*zip(*points, strict=True), "o-", label=eval_label)
+            # markers only: nothing was measured between two evaluations
+            ax.plot(*zip(*points, strict=True), "o", markersize=7, label=eval_label)
         ax.set_ylabel(ylabel)
         ax.legend(loc="best", fontsize=8)
     ax_s.set_ylim(-0.05, 1.05)

@@ -188,11 +188,14 @@ class TrainConfig:
     tensorboard: bool = True
     """Write TensorBoard scalars to the run directory."""
     progress: bool = True
-    """Show a tqdm progress bar of env steps. Its fields, from the last rollout: ret (mean
+    """Show a tqdm progress bar: of env steps, or of the seconds of the budget left at the
+    start when --max-minutes or --deadline ends the run (env steps as steps=; it stops
+    short of 100% when the rest of the budget is kept for the final evaluation). Its
+    fields, from the last rollout: ret (mean
     return of the training episodes that ended in it), succ (their success rate: the
     exploring policy on training init states, not the evaluation), sps (env steps per
     second of rollout wall time), bubble (fraction of that time the policy sat idle).
-    During an evaluation the bar says so."""
+    During an evaluation the bar shows how many of its episodes are done."""
     profile: bool = False
     """Profile the rollouts (updates and evaluations left out): write trace.json (Perfetto /
     chrome://tracing), timeline.png and profile.json (the summary) into the run directory

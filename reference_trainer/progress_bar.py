@@ -62,7 +62,7 @@ class TrainingBar:
 
     @property
     def label(self) -> str:
-        """The training label (restored after an evaluation)."""
+        """The training label (restored after an evaluation; `end` changes it)."""
         return self._desc
 
     def describe(self, text: str) -> None:
@@ -87,16 +87,20 @@ class TrainingBar:
             self._bar.update(env_steps)
 
     def end(self, why: str) -> None:
-        """Close the bar labelled with ``why`` the run stopped early. A step bar ends full
-        (the budget, not the step count, ended it); a time bar stays where the clock is."""
-        self._bar.set_description(f"{self._desc.split(' (')[0]} ({why})", refresh=False)
+        """Label the bar with ``why`` training stopped early (the final evaluation still
+        shows on it). A step bar ends full (the budget, not the step count, ended it); a
+        time bar stays where the clock is: the rest of the budget is the final
+        evaluation's."""
+        self._desc = f"{self._desc.split(' (')[0]} ({why})"
+        self._bar.set_description(self._desc, refresh=False)
         if self.by_time:
             self.tick()
         else:
             self._bar.total = self._bar.n
             self._bar.refresh()
-        self._bar.close()
 
-    def close(self) -> None:
-        """Close the bar (again is fine)."""
+    def close(self, label: str | None = None) -> None:
+        """Close the bar, first labelled ``label`` if given (again is fine)."""
+        if label is not None and not self._bar.disable:
+            self.describe(label)
         self._bar.close()

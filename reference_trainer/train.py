@@ -633,9 +633,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
                 stopped_early = True
                 break
 
-        progress.close()
         profile = write_profile(profiler, run_dir) if profiler is not None else None
         final_eval = run_evaluation(video=config.eval_video) if config.eval_episodes > 0 else None
+        progress.close("done" if final_eval is None else "done: final evaluation")
         save(run_dir / "checkpoints" / CHECKPOINT_NAME)
         wall_s = wall_before + time.perf_counter() - start
         summary = _summary(

@@ -75,6 +75,8 @@ def test_time_budget_stops_training_and_still_evaluates(tmp_path, capsys):
     assert "time budget of 1e-06 min reached" in err  # the bar says why
     # a run that ends on the clock counts seconds of its budget, with the env steps beside
     assert " s, steps=32" in err and "step/s" not in err
+    # the final evaluation still shows on the bar, which then closes labelled
+    assert "eval at iteration 1 (1/1 episodes)" in err and "done: final evaluation" in err
 
 
 def test_a_run_without_a_time_budget_counts_env_steps(tmp_path, capsys):
