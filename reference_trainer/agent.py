@@ -13,9 +13,9 @@ separate value network); Mnih et al. 2015 (the convolutional torso shape).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = [
     "PolicyOutput",
     "RolloutPolicy",
     "RunningMeanStd",
+    "map_obs",
     "obs_to_tensor",
 ]
 
@@ -65,6 +66,20 @@ class RolloutPolicy(Protocol):
     def get_value(self, obs: ObsBatch) -> torch.Tensor:
         """Return the critic's value ``(B,)`` for ``obs``."""
         ...
+
+
+def map_obs(obs: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to an observation batch: to the array or tensor itself, or to each value
+    of a dict of them (the keys kept). Works on numpy arrays and tensors alike.
+
+    Examples:
+        >>> import numpy as np
+        >>> map_obs({"state": np.arange(4)}, lambda v: v[1:3])["state"].tolist()
+        [1, 2]
+    """
+    if isinstance(obs, Mapping):
+        return {key: fn(value) for key, value in obs.items()}
+    return fn(obs)
 
 
 def obs_to_tensor(obs: np.ndarray | dict[str, np.ndarray], device: torch.device) -> ObsBatch:

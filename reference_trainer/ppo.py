@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reference_trainer.agent import ActorCritic, ObsBatch, RunningMeanStd
+from reference_trainer.agent import ActorCritic, ObsBatch, RunningMeanStd, map_obs
 
 __all__ = ["PPOHyperparameters", "RewardScaler", "compute_gae", "gaussian_kl", "ppo_update"]
 
@@ -149,9 +149,7 @@ def gaussian_kl(
 
 
 def _index_obs(obs: ObsBatch, index: torch.Tensor) -> ObsBatch:
-    if isinstance(obs, dict):
-        return {key: value[index] for key, value in obs.items()}
-    return obs[index]
+    return map_obs(obs, lambda value: value[index])
 
 
 def ppo_update(

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from reference_trainer.agent import ObsBatch, RolloutPolicy, obs_to_tensor
+from reference_trainer.agent import ObsBatch, RolloutPolicy, map_obs, obs_to_tensor
 from reference_trainer.metrics import EpisodeRecord, RolloutTimings
 
 __all__ = ["Rollout", "RolloutCollector", "StageOrder", "inference_span"]
@@ -78,9 +78,7 @@ class Rollout:
 
 
 def _obs_slice(obs: NumpyObs, index: slice | np.ndarray) -> NumpyObs:
-    if isinstance(obs, dict):
-        return {key: value[index] for key, value in obs.items()}
-    return obs[index]
+    return map_obs(obs, lambda value: value[index])
 
 
 def _obs_assign(target: NumpyObs, index: slice, value: NumpyObs) -> None:
@@ -93,9 +91,7 @@ def _obs_assign(target: NumpyObs, index: slice, value: NumpyObs) -> None:
 
 
 def _obs_copy(obs: NumpyObs) -> NumpyObs:
-    if isinstance(obs, Mapping):
-        return {key: np.array(value, copy=True) for key, value in obs.items()}
-    return np.array(obs, copy=True)
+    return map_obs(obs, lambda value: np.array(value, copy=True))
 
 
 def action_bounds(action_space: Any) -> tuple[tuple[int, ...], int, np.ndarray, np.ndarray]:

@@ -20,16 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reference_trainer.agent import ActorCritic, ObsBatch
+from reference_trainer.agent import ActorCritic, ObsBatch, map_obs
 from reference_trainer.rollout import Rollout
 
 __all__ = ["SelfImitationStats", "SuccessBuffer", "self_imitation_update"]
 
 
 def _obs_column(obs: ObsBatch, t0: int, t1: int, env: int) -> ObsBatch:
-    if isinstance(obs, dict):
-        return {key: value[t0:t1, env].detach().cpu() for key, value in obs.items()}
-    return obs[t0:t1, env].detach().cpu()
+    return map_obs(obs, lambda value: value[t0:t1, env].detach().cpu())
 
 
 def _obs_cat(parts: list[ObsBatch]) -> ObsBatch:
@@ -45,9 +43,7 @@ def _obs_len(obs: ObsBatch) -> int:
 
 
 def _obs_index(obs: ObsBatch, index: torch.Tensor, device: torch.device) -> ObsBatch:
-    if isinstance(obs, dict):
-        return {key: value[index].to(device) for key, value in obs.items()}
-    return obs[index].to(device)
+    return map_obs(obs, lambda value: value[index].to(device))
 
 
 @dataclass
