@@ -68,6 +68,10 @@ PARENT = textwrap.dedent(
 )
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Parent:
     """A parent script that steps a PipelinedVectorEnv until it is signalled."""
 
@@ -88,6 +92,9 @@ class Parent:
                 stderr=stderr,
                 text=True,
                 start_new_session=True,  # a process group of its own, as a terminal gives
+                # a foreground job gets Ctrl-C even when pytest itself was started in the
+                # background by a non-interactive shell (which leaves SIGINT ignored)
+                preexec_fn=_default_sigint,
             )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
