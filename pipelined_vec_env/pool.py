@@ -38,7 +38,7 @@ import cloudpickle
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
-from .slots import can_spin
+from .spinning import can_spin
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import NicedEnvFn
@@ -200,7 +200,7 @@ class WorkerPool:
 
         Subprocess workers step through shared-memory slots with ``fast_path``
         (`worker_handle.WorkerHandle`); their waits spin only when every worker and the
-        caller can have a core of their own (`slots.can_spin`).
+        caller can have a core of their own (`spinning.can_spin`).
 
         Raises:
             ValueError: Bad ``cpu_affinity`` or Ray resources (before any worker starts).

@@ -30,9 +30,7 @@ the message from the pipe (it was written, or is about to be), so no wake-up is 
 from __future__ import annotations
 
 import os
-import platform
 import struct
-import time
 from typing import Any
 
 import numpy as np
@@ -46,17 +44,13 @@ __all__ = [
     "DONE_EMPTY",
     "FAST_INFOS",
     "MAX_INFO_COLUMNS",
-    "SPIN_SECONDS",
     "WAKE_STEP",
     "WAKE_STEP_TIMED",
     "ColumnInfos",
     "InfoLayout",
     "StepSlot",
-    "can_spin",
-    "machine_quiet",
     "recv_frame",
     "send_short",
-    "spin_until",
 ]
 
 #: Caller -> worker: step the envs the slot's request names (one byte through the pipe).
@@ -71,10 +65,6 @@ DONE_COLUMNS = b"\x01"
 FAST_INFOS = 100
 #: Most scalar info keys the info cells hold.
 MAX_INFO_COLUMNS = 16
-#: Longest spin (seconds) before sleeping in the kernel; each side spins only while its
-#: recent waits were shorter than this.
-SPIN_SECONDS = 50e-6
-
 _SHORT_FRAMES = {
     byte: struct.pack("!i", 1) + byte for byte in (WAKE_STEP, WAKE_STEP_TIMED, DONE_EMPTY)
 }
@@ -508,75 +498,3 @@ class StepSlot:
         """Count one answer written to the pipe (before writing it)."""
         self._answered += 1
         self.header[_ANSWERED] = self._answered
-
-
-def can_spin(processes: int) -> bool:
-    """Whether ``processes`` busy processes (workers plus the caller) leave a core each
-    for spinning: at most the cores this process may use, on x86-64 (whose ordering of
-    plain stores makes a counter seen by a spinner imply the data written before it)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    return processes <= _usable_cores()
-
-
-_LOAD_REFRESH_SECONDS = 1.0
-_load_seen = (-1e9, 0.0)  # (when, 1-minute load average)
-
-
-def machine_quiet(own_processes: int) -> bool:
-    """Whether the machine's load leaves a core for each of ``own_processes`` (a vector
-    env's workers and its caller): the load of other work plus those processes is under
-    the usable cores plus half a core. The load is the larger of the 1-minute load average
-    and the number of tasks runnable right now (``/proc/loadavg``: the average alone lags
-    a minute behind a job that just started), less ``own_processes``. Spinning on a
-    machine that other work keeps busy takes cores from it (and from our own workers), so
-    the spins stop there. Read at most once a second."""
-    global _load_seen
-    now = time.monotonic()
-    when, load = _load_seen
-    if now - when > _LOAD_REFRESH_SECONDS:
-        load = _current_load()
-        _load_seen = (now, load)
-    others = max(0.0, load - own_processes)
-    return others + own_processes < _usable_cores() + 0.5
-
-
-def _current_load() -> float:
-    try:
-        with open("/proc/loadavg") as f:
-            fields = f.read().split()
-        return max(float(fields[0]), float(fields[3].split("/")[0]))
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return 0.0
-
-
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1  # pragma: no cover - platforms without affinity
-
-
-def spin_until(ready: Any, seconds: float, alive: Any = None, check_every: int = 64) -> bool:
-    """Spin until ``ready()`` is true, at most ``seconds``; return whether it became so.
-
-    Args:
-        ready: A cheap test (reads shared memory).
-        seconds: The spin's budget.
-        alive: Called every ``check_every`` spins; the spin stops when it returns False.
-        check_every: Spins between liveness checks.
-    """
-    end = time.perf_counter() + seconds
-    spins = 0
-    while True:
-        if ready():
-            return True
-        spins += 1
-        if spins % check_every == 0:
-            if alive is not None and not alive():
-                return False
-            if time.perf_counter() >= end:
-                return False

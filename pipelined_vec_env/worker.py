@@ -50,15 +50,13 @@ from .slots import (
     DONE_COLUMNS,
     DONE_EMPTY,
     FAST_INFOS,
-    SPIN_SECONDS,
     WAKE_STEP_TIMED,
     InfoLayout,
     StepSlot,
-    machine_quiet,
     recv_frame,
     send_short,
-    spin_until,
 )
+from .spinning import SPIN_SECONDS, SpinGate, machine_quiet, spin_until
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -558,7 +556,8 @@ class _FastPath:
         self.spin = 0
         self.received = 0
         self.answered_at = 0.0
-        self.gap = 0.0  # running mean of the time from an answer to the next message
+        self.gap = SpinGate()  # answer-to-next-message times of the waits that spun
+        self.spun = False  # whether the wait for the next message spun
         self.fd = -1  # the pipe's descriptor (set by the serve loop)
 
     def attach(self, slot: StepSlot, spin: int) -> None:
@@ -570,10 +569,11 @@ class _FastPath:
         """Spin for the caller's next message while the caller has been quick to send it
         (it is read from the pipe next either way)."""
         slot = self.slot
-        if slot is None or not self.spin or self.gap > SPIN_SECONDS:
+        if slot is None or not self.spin or not machine_quiet(self.spin):
             return
-        if not machine_quiet(self.spin):
+        if not self.gap.allows():
             return
+        self.spun = True
         received = self.received
         spin_until(lambda: slot.messages_sent() > received, SPIN_SECONDS)
 
@@ -581,9 +581,10 @@ class _FastPath:
         if self.slot is None:
             return
         self.received += 1
-        if self.answered_at:
-            gap = time.perf_counter() - self.answered_at
-            self.gap += 0.25 * (min(gap, 1.0) - self.gap)
+        if self.spun:
+            self.spun = False
+            if self.answered_at:
+                self.gap.record(time.perf_counter() - self.answered_at)
 
     def answer(self, conn: Connection, data: bytes) -> None:
         """Count one answer in the slot, then write it to the pipe."""

@@ -24,15 +24,13 @@ from .main_module import main_reference
 from .protocol import Answer, Command, Crashed, Ok, Ready, from_wire
 from .slots import (
     FAST_INFOS,
-    SPIN_SECONDS,
     WAKE_STEP,
     WAKE_STEP_TIMED,
     StepSlot,
-    machine_quiet,
     recv_frame,
     send_short,
-    spin_until,
 )
+from .spinning import SPIN_SECONDS, SpinGate, machine_quiet, spin_until
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import send, worker_main
 
@@ -125,16 +123,16 @@ class WorkerHandle:
             every send, answer, restart, deadline kill and death.
         fast_path: Whether steps may use the slot.
         spin: 0: never spin; else the number of processes of the vector env (its workers
-            and the caller), set where each can have a core (`slots.can_spin`): waits on
+            and the caller), set where each can have a core (`spinning.can_spin`): waits on
             both sides then spin on the slot while the machine's load leaves those
-            processes their cores (`slots.machine_quiet`).
+            processes their cores (`spinning.machine_quiet`).
         slot: The current process's slot (None: none yet, or no fixed action layout).
         fd: The caller's end of the current process's pipe, as a descriptor (-1 once
             closed).
         sentinel: The current process's sentinel (readable once it exited).
         wire: `WireStats` of the worker (all its processes).
         spin_gate: ``spin_gate(spin)`` tells whether the machine's load leaves the cores
-            free for a spin now (`slots.machine_quiet`; replaceable, e.g. by tests).
+            free for a spin now (`spinning.machine_quiet`; replaceable, e.g. by tests).
     """
 
     profiler: Profiler | None = None
@@ -176,7 +174,8 @@ class WorkerHandle:
         # per expected answer: (_PICKLED or the envs of a fast step, timed, sent at)
         self._awaited: deque[tuple[int, bool, float]] = deque()
         self._received = 0  # answers read since the slot came
-        self._latency = 0.0  # running mean of send-to-answer times
+        self._latency = SpinGate()  # send-to-answer times of the waits that spun
+        self._spun = False  # whether the wait for the next answer spun
         pickled_env_fns, autoreset_mode, cpu_cores, worker_threads = self._args
         forked = self._ctx.get_start_method() == "fork"
         self.conn, child_conn = self._ctx.Pipe(duplex=True)
@@ -313,12 +312,12 @@ class WorkerHandle:
     def may_spin(self) -> bool:
         """Whether a wait for this worker's next answer may spin on the slot: spinning is
         on, its recent answers came within the spin's budget, and nothing else keeps
-        the machine busy (`slots.machine_quiet`)."""
+        the machine busy (`spinning.machine_quiet`)."""
         return (
             bool(self.spin)
             and self.slot is not None
-            and self._latency < SPIN_SECONDS
             and self.spin_gate(self.spin)
+            and self._latency.allows()
         )
 
     def answer_waiting(self) -> bool:
@@ -353,9 +352,9 @@ class WorkerHandle:
         slot = self.slot
         if slot is not None:
             self._received += 1
-            if sent_at:
-                latency = min(time.perf_counter() - sent_at, 1.0)
-                self._latency += 0.25 * (latency - self._latency)
+            if sent_at and self._spun:
+                self._spun = False
+                self._latency.record(time.perf_counter() - sent_at)
         if len(data) == 1 or kind != _PICKLED:
             message: Any = data if len(data) == 1 else pickle.loads(data)
             if isinstance(message, bytes) or message[0] == FAST_INFOS:
@@ -475,6 +474,7 @@ class ProcessBackend:
             budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
             for h in waiting:
                 h.wire.spins += 1
+                h._spun = True
             if spin_until(
                 lambda: any(h.answer_waiting() for h in waiting),
                 budget,

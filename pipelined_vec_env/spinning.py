@@ -1,0 +1,169 @@
+"""When either side of the step fast path spins on its slot instead of sleeping.
+
+Waking a sleeping process through a pipe costs tens of microseconds on a VM; seeing a
+counter move in shared memory costs well under one (issue 14's measured floors). So the
+caller, waiting for an answer, and the worker, waiting for the next command, may spin on
+the slot's counters (`slots.StepSlot`) for at most `SPIN_SECONDS`, under three gates
+(docs/wire_format.md, "What spins when"):
+
+1. `can_spin`: at construction, every worker and the caller can have a core of its own;
+2. `machine_quiet`: the machine's load leaves those cores free now;
+3. `SpinGate`: per side, the recent waits that spun were short.
+
+The idea of spinning briefly before blocking is EnvPool's (a short spin, then a
+semaphore) and torchrl's (spin-polled shared flags with liveness checks, PR #3457).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Any
+
+__all__ = [
+    "PROBE_FIRST",
+    "PROBE_MAX",
+    "SPIN_SECONDS",
+    "SpinGate",
+    "can_spin",
+    "machine_quiet",
+    "spin_until",
+]
+
+#: Longest spin (seconds) before sleeping in the kernel; each side spins only while its
+#: recent spun waits were shorter than this.
+SPIN_SECONDS = 50e-6
+#: Waits a closed `SpinGate` lets pass before it spins once to probe again.
+PROBE_FIRST = 16
+#: The most waits between two probes (the interval doubles after each probe that missed).
+PROBE_MAX = 1024
+
+
+class SpinGate:
+    """Whether one side's next wait may spin: while the mean of its recent *spun* waits
+    is under `SPIN_SECONDS`.
+
+    A wait that slept says nothing about how long a spun one would take: it includes the
+    sleeper's own wake-up (tens of microseconds here), so a mean over every wait would
+    keep a quick worker's round trip (a null env's: 60-70 us asleep, a few us spinning)
+    above the budget for good once anything stopped the spins. So only spun waits are
+    recorded, and while the gate is closed it opens for one probe after `PROBE_FIRST`
+    waits; a probe that comes in under the budget reopens the gate at once, one that
+    misses doubles the interval, up to `PROBE_MAX` waits (a 4-env HalfCheetah step,
+    ~110 us, then pays one 50 us spin per 1024 waits).
+
+    Attributes:
+        mean: Running mean (seconds) of the recent spun waits, weight 1/4 for the newest.
+    """
+
+    __slots__ = ("_every", "_probing", "_until", "mean")
+
+    def __init__(self) -> None:
+        self.mean = 0.0
+        self._every = self._until = PROBE_FIRST
+        self._probing = False
+
+    def allows(self) -> bool:
+        """Whether the next wait may spin (counts the waits toward the next probe); the
+        caller of this must `record` that wait's time if it spins."""
+        if self.mean < SPIN_SECONDS:
+            return True
+        self._until -= 1
+        if self._until > 0:
+            return False
+        self._probing = True
+        self._every = min(2 * self._every, PROBE_MAX)
+        self._until = self._every
+        return True
+
+    def record(self, seconds: float) -> None:
+        """Record a spun wait that took ``seconds`` (from the message that started it to
+        the one that ended it)."""
+        if self._probing:
+            self._probing = False
+            if seconds < SPIN_SECONDS:  # quick again: trust the probe, not the old mean
+                self.mean = seconds
+                self._every = self._until = PROBE_FIRST
+                return
+        self.mean += 0.25 * (min(seconds, 1.0) - self.mean)
+
+
+def can_spin(processes: int) -> bool:
+    """Whether ``processes`` busy processes (workers plus the caller) leave a core each
+    for spinning: at most the cores this process may use, on x86-64 (whose ordering of
+    plain stores makes a counter seen by a spinner imply the data written before it)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    return processes <= _usable_cores()
+
+
+_LOAD_REFRESH_SECONDS = 1.0
+_load_seen = (-1e9, 0.0, 0.0)  # (when, the load then, the runnable tasks then)
+
+
+def machine_quiet(own_processes: int) -> bool:
+    """Whether the machine's load leaves a core for each of ``own_processes`` (a vector
+    env's workers and its caller): the load of other work plus those processes is under
+    the usable cores plus half a core.
+
+    The load is the larger of the 1-minute load average and the tasks runnable now
+    (``/proc/loadavg``: the average alone lags a minute behind a job that just started),
+    less ``own_processes``. The tasks runnable now count only when two readings a second
+    apart both show them: one reading often catches a kernel thread or the worker still
+    on its way back to sleep, which stopped the spins for a whole second on an idle
+    machine. Spinning on a machine that other work keeps busy takes cores from it (and
+    from our own workers), so the spins stop there. Read at most once a second.
+    """
+    global _load_seen
+    now = time.monotonic()
+    when, load, runnable = _load_seen
+    if now - when > _LOAD_REFRESH_SECONDS:
+        average, runnable_now = _current_load()
+        load = max(average, min(runnable, runnable_now))
+        _load_seen = (now, load, runnable_now)
+    others = max(0.0, load - own_processes)
+    return others + own_processes < _usable_cores() + 0.5
+
+
+def _current_load() -> tuple[float, float]:
+    """The 1-minute load average and the tasks runnable now."""
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        return float(fields[0]), float(fields[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        average = os.getloadavg()[0]
+    except OSError:
+        average = 0.0
+    return average, average
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1  # pragma: no cover - platforms without affinity
+
+
+def spin_until(ready: Any, seconds: float, alive: Any = None, check_every: int = 64) -> bool:
+    """Spin until ``ready()`` is true, at most ``seconds``; return whether it became so.
+
+    Args:
+        ready: A cheap test (reads shared memory).
+        seconds: The spin's budget.
+        alive: Called every ``check_every`` spins; the spin stops when it returns False.
+        check_every: Spins between liveness checks.
+    """
+    end = time.perf_counter() + seconds
+    spins = 0
+    while True:
+        if ready():
+            return True
+        spins += 1
+        if spins % check_every == 0:
+            if alive is not None and not alive():
+                return False
+            if time.perf_counter() >= end:
+                return False

@@ -1,0 +1,117 @@
+"""When the fast path's waits spin (`pipelined_vec_env.spinning`, docs/wire_format.md
+"What spins when"): the per-side gate over spun waits, its probes, and the load gate's
+reading of ``/proc/loadavg``. Nothing here measures time: the waits that decide are made
+long on purpose (a 2 ms sleep) or recorded directly."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+from pipelined_vec_env import spinning
+from pipelined_vec_env.debug_envs import FaultyEnv
+from pipelined_vec_env.spinning import PROBE_FIRST, PROBE_MAX, SPIN_SECONDS, SpinGate
+from tests.test_fast_path import spin_as_on_a_quiet_machine, workers
+
+QUICK, SLOW = SPIN_SECONDS / 10, SPIN_SECONDS * 40
+
+
+def closed_gate() -> SpinGate:
+    gate = SpinGate()
+    assert gate.allows()
+    gate.record(SLOW)
+    assert gate.mean >= SPIN_SECONDS
+    return gate
+
+
+def waits_until_probe(gate: SpinGate, limit: int = 10 * PROBE_MAX) -> int:
+    for n in range(1, limit + 1):
+        if gate.allows():
+            return n
+    raise AssertionError("the gate never probed")
+
+
+def test_gate_stays_open_while_spun_waits_are_quick():
+    gate = SpinGate()
+    for _ in range(100):
+        assert gate.allows()
+        gate.record(QUICK)
+
+
+def test_closed_gate_probes_after_a_few_waits_and_a_quick_probe_reopens_it():
+    gate = closed_gate()
+    assert waits_until_probe(gate) == PROBE_FIRST
+    gate.record(QUICK)  # the probe came in under the budget
+    assert gate.mean < SPIN_SECONDS
+    assert all(gate.allows() for _ in range(10))
+
+
+def test_probes_that_miss_back_off_up_to_the_cap():
+    gate = closed_gate()
+    intervals = []
+    for _ in range(10):
+        intervals.append(waits_until_probe(gate))
+        gate.record(SLOW)
+    assert intervals[:3] == [PROBE_FIRST, 2 * PROBE_FIRST, 4 * PROBE_FIRST]
+    assert max(intervals) == PROBE_MAX and intervals[-1] == PROBE_MAX
+
+
+def test_slow_spun_waits_close_the_gate():
+    gate = SpinGate()
+    gate.record(QUICK)
+    for _ in range(3):
+        gate.record(SLOW)
+    assert not gate.allows()
+
+
+@pytest.fixture
+def loadavg(monkeypatch):
+    """Feed `machine_quiet` readings of (1-minute average, runnable tasks), one per second."""
+    readings: list[tuple[float, float]] = []
+    clock = iter(range(10, 10_000, 2))
+    monkeypatch.setattr(spinning, "_current_load", lambda: readings.pop(0))
+    monkeypatch.setattr(spinning, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(spinning, "_load_seen", (-1e9, 0.0, 0.0))
+    monkeypatch.setattr(spinning.time, "monotonic", lambda: float(next(clock)))
+    return readings
+
+
+def test_one_busy_reading_does_not_stop_the_spins(loadavg):
+    loadavg += [(0.1, 1), (0.1, 4), (0.1, 1)]
+    assert [spinning.machine_quiet(2) for _ in range(3)] == [True, True, True]
+
+
+def test_runnable_tasks_in_two_readings_stop_the_spins(loadavg):
+    loadavg += [(0.1, 1), (0.1, 4), (0.1, 4), (0.1, 1), (0.1, 1)]
+    assert [spinning.machine_quiet(2) for _ in range(5)] == [True, True, False, True, True]
+
+
+def test_a_high_load_average_stops_the_spins(loadavg):
+    loadavg += [(3.5, 1)]
+    assert not spinning.machine_quiet(2)
+
+
+def test_spinning_comes_back_after_slow_steps(make_pipelined):
+    """Steps slower than the spin's budget stop the caller's spins; once steps are quick
+    again a probe finds it out and the waits spin again (a mean over every wait, slept
+    ones included, would stay above the budget where sleeping costs more than it)."""
+    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)])
+    worker = workers(envs)[0]
+    spin_as_on_a_quiet_machine(worker)
+    envs.reset(seed=0)
+    normal, sleep = np.array([FaultyEnv.NORMAL]), np.array([FaultyEnv.SLEEP])
+    for _ in range(5):
+        envs.step(normal)
+    for _ in range(2 * PROBE_FIRST):
+        envs.step(sleep)
+    spins, hits = worker.wire.spins, worker.wire.spin_hits
+    for _ in range(4 * PROBE_FIRST):
+        envs.step(sleep)
+    assert worker.wire.spins - spins <= 3  # slow steps: only probes spin
+    for _ in range(4 * PROBE_MAX):
+        envs.step(normal)
+        if worker.wire.spin_hits - hits > 20:
+            break
+    assert worker.wire.spin_hits - hits > 20
