@@ -4,10 +4,15 @@ With ``--deadline`` or ``--max-minutes`` the run ends on the clock, not at
 ``--total-timesteps``, so a bar of env steps would show a meaningless ETA and jump to
 100% when time runs out. The bar then counts seconds of the budget instead (evaluations
 included: they spend the same budget) and shows the env steps beside it.
+
+While the bar is open, log lines to the console go through tqdm
+(`tqdm.contrib.logging.logging_redirect_tqdm`): the bar is cleared, the line printed on
+its own, the bar drawn again below it, instead of the line running on from the bar's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -34,7 +39,11 @@ class TrainingBar:
         enabled: bool,
     ) -> None:
         from tqdm.auto import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
 
+        self._redirect = contextlib.ExitStack()
+        if enabled:
+            self._redirect.enter_context(logging_redirect_tqdm(tqdm_class=tqdm))
         self.by_time = budget_s is not None
         self._start = time.monotonic()
         self._steps = initial_steps
@@ -104,3 +113,4 @@ class TrainingBar:
         if label is not None and not self._bar.disable:
             self.describe(label)
         self._bar.close()
+        self._redirect.close()

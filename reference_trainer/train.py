@@ -44,6 +44,7 @@ from reference_trainer.ppo import PPOHyperparameters, RewardScaler, compute_gae,
 from reference_trainer.profile_report import recording, write_profile
 from reference_trainer.progress_bar import TrainingBar
 from reference_trainer.rollout import Rollout, RolloutCollector
+from reference_trainer.run_log import LOG_FORMAT, RunLog
 from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update
 from reference_trainer.vector_eval import evaluate_on_vector_env
 
@@ -253,59 +254,67 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
     init_from = find_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     config, auto_layout = resolve_layout(config, factory, device)  # --num-stages auto
     run_dir = _run_dir(config, resume_from)
-    workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
-    torch.set_num_threads(config.resolved_torch_threads(workers))
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed)
-    saved = {**dataclasses.asdict(config), **({"auto_layout": auto_layout} if auto_layout else {})}
-    (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
-    logger.info(
-        "run directory %s, device %s, %d torch threads", run_dir, device, torch.get_num_threads()
-    )
-
-    decisions_per_iteration = config.num_steps * config.num_envs
-    if decisions_per_iteration < config.num_minibatches:
-        raise ValueError(
-            f"num_steps * num_envs = {decisions_per_iteration} < num_minibatches = {config.num_minibatches}"
-        )
-    steps_per_iteration = decisions_per_iteration * factory.steps_per_decision
-    num_iterations = max(1, math.ceil(config.total_timesteps / steps_per_iteration))
-    hp = PPOHyperparameters(
-        update_epochs=config.update_epochs,
-        num_minibatches=config.num_minibatches,
-        clip_coef=config.clip_coef,
-        clip_vloss=config.clip_vloss,
-        norm_adv=config.norm_adv,
-        ent_coef=config.ent_coef,
-        vf_coef=config.vf_coef,
-        max_grad_norm=config.max_grad_norm,
-        target_kl=config.target_kl,
-    )
-
+    log_file = RunLog(run_dir / "train.log")  # what the console logs, kept with the run
     writer = None
     progress = None
     collector: RolloutCollector | DecoupledRolloutCollector | None = None
-    envs = make_vector_env(
-        factory,
-        config.num_envs,
-        num_stages=config.num_stages,
-        envs_per_worker=config.envs_per_worker,
-        cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
-        worker_nice=config.worker_nice,
-        max_restarts=config.max_restarts,
-        step_deadline=config.step_deadline,
-        backend=config.backend,
-        ray_options=(
-            {"address": config.ray_address, "num_cpus": config.ray_num_cpus}
-            if config.backend == "ray"
-            else None
-        ),
-        profile=config.profile,
-    )
-    profiler = envs.unwrapped.profiler if config.profile else None
-    if profiler is not None:
-        profiler.pause()  # only the rollouts are recorded (see recording())
+    envs = None
     try:
+        workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
+        torch.set_num_threads(config.resolved_torch_threads(workers))
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        saved = {
+            **dataclasses.asdict(config),
+            **({"auto_layout": auto_layout} if auto_layout else {}),
+        }
+        (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
+        logger.info(
+            "run directory %s, device %s, %d torch threads",
+            run_dir,
+            device,
+            torch.get_num_threads(),
+        )
+
+        decisions_per_iteration = config.num_steps * config.num_envs
+        if decisions_per_iteration < config.num_minibatches:
+            raise ValueError(
+                f"num_steps * num_envs = {decisions_per_iteration} < num_minibatches = {config.num_minibatches}"
+            )
+        steps_per_iteration = decisions_per_iteration * factory.steps_per_decision
+        num_iterations = max(1, math.ceil(config.total_timesteps / steps_per_iteration))
+        hp = PPOHyperparameters(
+            update_epochs=config.update_epochs,
+            num_minibatches=config.num_minibatches,
+            clip_coef=config.clip_coef,
+            clip_vloss=config.clip_vloss,
+            norm_adv=config.norm_adv,
+            ent_coef=config.ent_coef,
+            vf_coef=config.vf_coef,
+            max_grad_norm=config.max_grad_norm,
+            target_kl=config.target_kl,
+        )
+
+        envs = make_vector_env(
+            factory,
+            config.num_envs,
+            num_stages=config.num_stages,
+            envs_per_worker=config.envs_per_worker,
+            cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
+            worker_nice=config.worker_nice,
+            max_restarts=config.max_restarts,
+            step_deadline=config.step_deadline,
+            backend=config.backend,
+            ray_options=(
+                {"address": config.ray_address, "num_cpus": config.ray_num_cpus}
+                if config.backend == "ray"
+                else None
+            ),
+            profile=config.profile,
+        )
+        profiler = envs.unwrapped.profiler if config.profile else None
+        if profiler is not None:
+            profiler.pause()  # only the rollouts are recorded (see recording())
         agent = ActorCritic.from_config(
             config, envs.single_observation_space, envs.single_action_space
         ).to(device)
@@ -662,7 +671,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
             writer.close()
         if isinstance(collector, DecoupledRolloutCollector):
             collector.close()
-        envs.close()
+        if envs is not None:
+            envs.close()
+        log_file.close()
 
 
 def _summary(
@@ -733,7 +744,7 @@ def main() -> None:
     """CLI entry point: parse a ``TrainConfig`` with tyro, train, print the summary path."""
     import tyro
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     config = tyro.cli(TrainConfig)
     summary = train(config)
     print(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ import torch
 
 from reference_trainer.checkpoint import find_checkpoint
 from reference_trainer.config import TrainConfig
+from reference_trainer.progress_bar import TrainingBar
 from reference_trainer.train import train
 
 from .conftest import load_script, tiny_train_config
@@ -84,6 +87,38 @@ def test_a_run_without_a_time_budget_counts_env_steps(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "64/64" in err and "steps=" not in err
     assert "eval before any update (1/1 episodes)" in err  # the evaluation shows its progress
+
+
+def test_log_lines_print_on_their_own_line_while_the_bar_is_open(capsys):
+    root = logging.getLogger()
+    console = logging.StreamHandler(sys.stderr)  # the console handler basicConfig makes
+    console.setFormatter(logging.Formatter("%(message)s"))
+    root.addHandler(console)
+    log = logging.getLogger("test_progress_bar")
+    log.setLevel(logging.INFO)
+    try:
+        bar = TrainingBar(100, 0, 60.0, "train", enabled=True)
+        bar.advance(32, {"ret": 1.0})
+        log.info("a log line")
+        bar.close("done")
+    finally:
+        root.removeHandler(console)
+    err = capsys.readouterr().err
+    lines = re.split(r"[\r\n]", err)
+    assert "a log line" in lines  # alone, not run on from the bar's text
+    assert any("train" in line and "steps=32" in line for line in lines)
+    assert root.handlers.count(console) == 0 and console not in root.handlers
+
+
+def test_the_run_directory_keeps_the_log(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    summary = train(_tiny(tmp_path, total_timesteps=32))
+    text = (Path(summary["run_dir"]) / "train.log").read_text()
+    assert "run directory" in text and "reference_trainer.train:" in text
+    assert not any(
+        isinstance(h, logging.FileHandler) and h.baseFilename.endswith("train.log")
+        for h in logging.getLogger().handlers
+    )  # closed with the run
 
 
 def test_serial_flag_runs_the_serial_loop(tmp_path):
