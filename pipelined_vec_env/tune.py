@@ -5,7 +5,8 @@ against batch size and the machine's cores. `tune` measures those through the pu
 of `PipelinedVectorEnv`, predicts every candidate layout with the model of
 `pipelined_vec_env.layout_model` (issue 14's overlap bound, generalised to random step
 times, per-call policy costs, message costs and shared cores), then runs the best few for a
-short while and returns the fastest measured. PufferLib's ``autotune`` runs a grid of full
+short while, in rounds, and returns the fastest measured (`pipelined_vec_env.tune_selection`
+decides between those the rounds cannot separate). PufferLib's ``autotune`` runs a grid of full
 configurations instead; predicting first keeps the measured runs to a few.
 """
 
@@ -27,6 +28,7 @@ from gymnasium import Env
 
 from .batching import batch_slice
 from .layout_model import Costs, Layout, rank
+from .tune_selection import choose, rate, runoff, survivors
 from .vector_env import PipelinedVectorEnv
 
 __all__ = ["NICED_WORKERS", "TuneResult", "measure_layout", "tune"]
@@ -53,11 +55,12 @@ class TuneResult:
             ``env_kwargs`` passed to `tune`).
         batch_size: The ``recv`` batch size in decoupled mode; None when staged.
         predicted_steps_per_s: The model's env steps/s for the chosen layout.
-        measured_steps_per_s: Env steps/s of its short verification run (None if it was
-            not run: ``verify_top=0`` or no time left).
+        measured_steps_per_s: Env steps/s of its short verification runs, the median over
+            its rounds (None if it was not run: ``verify_top=0`` or no time left).
         table: One dict per layout considered, best predicted first: ``name``, ``mode``,
-            ``kwargs``, ``batch_size``, ``predicted`` and ``measured`` (steps/s, None where
-            not run).
+            ``kwargs``, ``batch_size``, ``predicted``, ``measured`` (steps/s, the median
+            of ``rounds``; None where not run) and ``rounds`` (the env steps/s of each of
+            its verification runs, in order; empty where not run).
         measurements: What the model was fed: ``step_ms`` (median, p90, p99 and mean of
             the step time), ``cpu_fraction`` (mean), ``message_latency_us``,
             ``message_cpu_us``, ``policy_ms`` (batch size -> wall ms), ``cores``,
@@ -508,9 +511,19 @@ def tune(
        same number of env steps (``verify_seconds`` at the first run's rate); after those
        first runs, every other layout predicted at or above the best rate measured so far
        (best predicted first; the model over-predicts some layouts), up to ``verify_max``
-       layouts in all. All of them in ``verify_rounds`` interleaved rounds (every other one
-       in reverse order, each layout's vector env kept between rounds); return the fastest
-       measured (all its env steps over all its time); without any run, the best predicted.
+       layouts in all. That is round 1.
+    4. Race (`pipelined_vec_env.tune_selection`): the layouts measured within
+       ``verify_close`` of the best in round 1 run in ``verify_rounds - 1`` more rounds
+       (interleaved, every other one in reverse order, each layout's vector env kept
+       between rounds, so a drifting load hits all of them alike); the others, measured
+       further below the best than the model's own error, are not run again. Then, if the
+       best and the runner-up are not *separated* (their per-round rates overlap), both
+       run one more round, if all of it fits in the time left. A layout's rate is the
+       median of its rounds (one run caught by a burst of other work does not decide);
+       the winner is the best rated, except that among the layouts not separated from it
+       the workers at the caller's priority are preferred to niced ones (the
+       measurements cannot tell them apart, and niced workers give way to any other job
+       on the machine). Without any run, the best predicted.
 
     Worker priority is a candidate dimension where it matters: when the envs' CPU demand
     (``num_envs`` times their CPU fraction) reaches the cores, so that the caller's own
@@ -535,8 +548,10 @@ def tune(
             ``num_envs``).
         verify_top: Layouts verified with a real run (0: trust the model).
         verify_close: Also verify layouts predicted within this fraction of the best
-            (up to ``verify_top + 2`` in all): the model cannot rank those.
-        verify_rounds: Interleaved rounds of verification runs (>= 1).
+            (up to ``verify_top + 2`` in all): the model cannot rank those; and run again
+            after round 1 only those measured within this fraction of the best.
+        verify_rounds: Interleaved rounds of verification runs of the layouts still in the
+            race (>= 1; a runoff round may follow, see 4.).
         verify_max: Most layouts verified in all (worker priorities counted apart), which
             bounds the time the rule "predicted at or above the best measured" may take.
         worker_nice: The workers' nice values to consider (None in it: the caller's;
@@ -680,6 +695,7 @@ def tune(
                 "batch_size": layout.batch_size,
                 "predicted": predicted,
                 "measured": None,
+                "rounds": [],
             }
             for layout, predicted in ranked
         ]
@@ -713,18 +729,24 @@ def tune(
         runs: dict[Layout, list[dict[str, float]]] = {}
         env_steps: int | None = None
 
+        def per_round() -> dict[Layout, list[float]]:
+            return {k: [r["steps_per_s"] for r in v] for k, v in runs.items()}
+
+        def expected_seconds(layout: Layout) -> float:
+            """How long a run of ``layout`` should take, from the rates measured so far."""
+            if env_steps is None:
+                return verify_seconds
+            rates = per_round()
+            speed = rate(rates[layout]) if layout in rates else 0.0
+            speed = speed or max((rate(v) for v in rates.values()), default=0.0)
+            return env_steps / speed if speed > 0 else verify_seconds
+
         def run_once(layout: Layout) -> bool:
             """One verification run of ``layout`` (False: no time left for it)."""
             nonlocal env_steps
             host = next((b for b in built if _same_workers(layout, b)), None)
-            expected = verify_seconds
-            if env_steps is not None:
-                rate = _rate(runs.get(layout)) or max(
-                    (_rate(v) or 0.0 for v in runs.values()), default=0.0
-                )
-                expected = env_steps / rate if rate > 0 else verify_seconds
             start_cost_here = 2 * start_cost if host is None else 0.0
-            if budget.left() < expected + 0.5 + start_cost_here:
+            if budget.left() < expected_seconds(layout) + 0.5 + start_cost_here:
                 logger.info("tune: no time left to verify %s", layout.name)
                 return False
             if host is None:
@@ -757,23 +779,43 @@ def tune(
                 break
             if layout in picks:
                 continue
-            if predicted < max(_rate(v) or 0.0 for v in runs.values()):
+            if predicted < max(rate(v) for v in per_round().values()):
                 break  # distinct is best predicted first: none of the rest qualifies
             if not run_once(layout):
                 break
             picks.append(layout)
-        for r in range(1, verify_rounds):  # interleaved: every other round reversed
-            for layout in picks[::-1] if r % 2 == 1 else picks:
+        # the race (see tune_selection): later rounds only for the layouts measured within
+        # verify_close of the best in round 1, interleaved, every other round reversed
+        racing = []
+        if runs and verify_rounds > 1:
+            kept = set(survivors(per_round(), verify_close))
+            racing = [layout for layout in picks if layout in kept]
+        for r in range(1, verify_rounds):
+            for layout in racing[::-1] if r % 2 == 1 else racing:
                 run_once(layout)
-        for layout, stats_list in runs.items():
+
+        # a runoff round for the best and the runner-up when their rounds overlap; all of
+        # it or none (a third run of only one of them would not be a fair comparison)
+        def in_race() -> dict[Layout, list[float]]:
+            rates = per_round()
+            return {k: rates[k] for k in racing} if racing else rates
+
+        close = runoff(in_race()) if racing else []
+        if close and budget.left() >= sum(expected_seconds(k) for k in close) + 0.5:
+            for layout in close[::-1] if verify_rounds % 2 == 1 else close:
+                run_once(layout)
+        for layout, rounds in per_round().items():
             row = next(r for r in table if r["name"] == layout.name)
-            row["measured"] = _rate(stats_list)
+            row["measured"] = rate(rounds)
+            row["rounds"] = rounds
+        # among layouts the rounds cannot separate, the workers at the caller's priority
+        final = in_race()
+        winner = choose(final, prefer=lambda k: k.worker_nice is not None) if final else None
     finally:
         for built_envs in built.values():
             built_envs.close()
 
-    verified = [r for r in table if r["measured"] is not None]
-    best = max(verified, key=lambda r: r["measured"]) if verified else table[0]
+    best = table[0] if winner is None else next(r for r in table if r["name"] == winner.name)
     return TuneResult(
         mode=best["mode"],
         kwargs=dict(best["kwargs"]),
@@ -784,13 +826,6 @@ def tune(
         measurements=summary,
         seconds=budget.elapsed(),
     )
-
-
-def _rate(runs: list[dict[str, float]] | None) -> float | None:
-    """Env steps/s over several `measure_layout` runs (all steps over all their time)."""
-    if not runs:
-        return None
-    return sum(r["steps"] for r in runs) / max(sum(r["seconds"] for r in runs), 1e-9)
 
 
 def _same_workers(layout: Layout, built: Layout) -> bool:

@@ -18,6 +18,7 @@ from pipelined_vec_env import TuneResult, tune
 from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv, LatencyEnv
 from pipelined_vec_env.layout_model import Costs, Layout, overlap_bound, simulate
 from pipelined_vec_env.tune import measure_layout
+from pipelined_vec_env.tune_selection import choose, rate, runoff, separated, survivors
 
 
 def _zeros(obs: np.ndarray, action_dim: int = 2) -> np.ndarray:
@@ -51,10 +52,35 @@ def test_result_structure_and_kwargs_build_a_working_env(make_pipelined):
     # verify_top=2, up to 2 more predicted within verify_close, the other mode's best, the
     # best one's other worker priority (CPU-bound envs oversubscribing the cores)
     assert 2 <= len(measured) <= 6
-    assert result.measured_steps_per_s == max(row["measured"] for row in measured)
+    # each verified layout's rate is the median of its rounds; the winner is the one the
+    # race's rule picks from them (tune_selection.choose, tested below on made-up rates)
+    (chosen,) = (
+        row
+        for row in result.table
+        if (row["mode"], row["batch_size"], row["kwargs"])
+        == (result.mode, result.batch_size, result.kwargs)
+    )
+    assert result.measured_steps_per_s == chosen["measured"]
+    # still in the race after round 1: those run again (20 s leave time for all runs)
+    racing = {row["name"]: row["rounds"] for row in measured if len(row["rounds"]) >= 2}
+    racing = racing or {row["name"]: row["rounds"] for row in measured}
+    assert chosen["name"] == choose(racing, prefer=lambda name: "nice" in name)
     for row in result.table:
-        assert set(row) == {"name", "mode", "kwargs", "batch_size", "predicted", "measured"}
+        assert set(row) == {
+            "name",
+            "mode",
+            "kwargs",
+            "batch_size",
+            "predicted",
+            "measured",
+            "rounds",
+        }
         assert {"num_stages", "envs_per_worker"} <= set(row["kwargs"])
+        if row["measured"] is None:
+            assert row["rounds"] == []
+        else:
+            assert 1 <= len(row["rounds"]) <= 3  # verify_rounds=2 and at most one runoff
+            assert row["measured"] == np.median(row["rounds"])
     assert result.measurements["step_ms"]["samples"] > 0
     assert set(result.measurements["policy_ms"]) >= {1, 2, 4}
     assert "decoupled" in result.format_table() and "*" in result.format_table()
@@ -365,3 +391,63 @@ def test_time_slices_let_a_heavier_task_preempt_niced_workers():
     niced = simulate(Layout("staged", 4, 1, worker_nice=10), costs)
     assert niced > 1.1 * equal
     assert simulate(Layout("staged", 4, 1, worker_nice="idle"), costs) >= niced * 0.99
+
+
+# the race's rules on made-up per-round rates (env steps/s): no processes, no clock
+
+
+def test_a_layouts_rate_is_the_median_of_its_rounds_so_one_slow_run_does_not_decide():
+    # "a" was caught by a burst once: pooled (all steps over all time, a harmonic mean)
+    # it would be 225 steps/s, below "b"'s 285; the median keeps its 300
+    rates = {"a": [300.0, 150.0, 310.0], "b": [280.0, 285.0, 290.0]}
+    assert rate(rates["a"]) == 300.0 and rate(rates["b"]) == 285.0
+    assert choose(rates) == "a"
+    with pytest.raises(ValueError, match="rounds"):
+        rate([])
+
+
+def test_separated_means_every_run_of_one_was_faster_than_every_run_of_the_other():
+    assert separated([300.0, 320.0], [280.0, 290.0])
+    assert separated([280.0, 290.0], [300.0, 320.0])
+    assert not separated([300.0, 320.0], [290.0, 305.0])
+    assert not separated([300.0], [290.0, 305.0])
+    assert separated([300.0], [299.0])  # single runs: nothing known of the noise
+
+
+def test_among_layouts_the_rounds_cannot_separate_the_callers_priority_wins():
+    niced = lambda name: name.endswith("nice 10")  # noqa: E731
+    # run 5's busy case, as tune measured it: b=2 (plain) and b=1 nice 10 overlap
+    overlapping = {
+        "decoupled b=2": [330.0, 318.0],
+        "decoupled b=1 nice 10": [340.0, 310.0],
+        "staged 4x2": [250.0, 260.0],
+    }
+    assert choose(overlapping) == "decoupled b=1 nice 10"  # higher median, no preference
+    assert choose(overlapping, prefer=niced) == "decoupled b=2"
+    # separated: the faster wins whatever its priority
+    apart = {"decoupled b=2": [300.0, 305.0], "decoupled b=1 nice 10": [330.0, 340.0]}
+    assert choose(apart, prefer=niced) == "decoupled b=1 nice 10"
+    # the preference applies only within the best one's overlap, not down a chain
+    chain = {"x nice 10": [330.0, 340.0], "y nice 10": [315.0, 332.0], "z": [300.0, 316.0]}
+    assert choose(chain, prefer=niced) == "x nice 10"
+    with pytest.raises(ValueError, match="rates"):
+        choose({})
+
+
+def test_round_one_keeps_the_layouts_measured_within_the_tolerance_of_the_best():
+    rates = {"a": [300.0], "b": [260.0], "c": [254.0], "d": [100.0]}
+    assert survivors(rates, 0.15) == ["a", "b"]  # 0.85 * 300 = 255
+    assert survivors(rates, 0.0) == ["a"]
+    assert survivors(rates, 0.7) == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="tolerance"):
+        survivors(rates, 1.0)
+
+
+def test_a_runoff_is_run_only_for_a_best_whose_rounds_overlap_the_runner_up():
+    close = {"a": [300.0, 320.0], "b": [310.0, 290.0], "c": [295.0, 305.0], "d": [200.0, 210.0]}
+    assert runoff(close) == ["a", "b"]  # best first, then the best-rated overlapping one
+    assert runoff(close, size=3) == ["a", "b", "c"]
+    assert runoff({"a": [300.0, 320.0], "b": [250.0, 260.0]}) == []  # decided
+    assert runoff({"a": [300.0]}) == []
+    with pytest.raises(ValueError, match="size"):
+        runoff(close, size=1)
