@@ -516,7 +516,8 @@ def tune(
        ``verify_close`` of the best in round 1 run in ``verify_rounds - 1`` more rounds
        (interleaved, every other one in reverse order, each layout's vector env kept
        between rounds, so a drifting load hits all of them alike); the others, measured
-       further below the best than the model's own error, are not run again. Then, if the
+       further below the best than the model's own error, are not run again (nor is a
+       best that is left alone: it has won). Then, if the
        best and the runner-up are not *separated* (their per-round rates overlap), both
        run one more round, if all of it fits in the time left. A layout's rate is the
        median of its rounds (one run caught by a burst of other work does not decide);
@@ -790,7 +791,7 @@ def tune(
         if runs and verify_rounds > 1:
             kept = set(survivors(per_round(), verify_close))
             racing = [layout for layout in picks if layout in kept]
-        for r in range(1, verify_rounds):
+        for r in range(1, verify_rounds if len(racing) > 1 else 1):  # a lone one has won
             for layout in racing[::-1] if r % 2 == 1 else racing:
                 run_once(layout)
 
