@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import multiprocessing as mp
 import time
 
@@ -49,9 +50,10 @@ def test_result_structure_and_kwargs_build_a_working_env(make_pipelined):
     predicted = [row["predicted"] for row in result.table]
     assert predicted == sorted(predicted, reverse=True)
     measured = [row for row in result.table if row["measured"] is not None]
-    # verify_top=2, up to 2 more predicted within verify_close, the other mode's best, the
-    # best one's other worker priority (CPU-bound envs oversubscribing the cores)
-    assert 2 <= len(measured) <= 6
+    # verify_top=2, more predicted within verify_close or at or above the best measured
+    # rate, the other mode's best, the best one's other worker priority: verify_max in all
+    verify_max = inspect.signature(tune).parameters["verify_max"].default
+    assert 2 <= len(measured) <= verify_max
     # each verified layout's rate is the median of its rounds; the winner is the one the
     # race's rule picks from them (tune_selection.choose, tested below on made-up rates)
     (chosen,) = (
