@@ -17,7 +17,10 @@ workload). `tune` runs first, with its own time; its chosen layout's rate is the
 measurement of the same layout (or a run of the same length if the grid lacks it).
 
 Targets: the tuned layout reaches >= 0.9 of the grid's best, and `tune` takes <= 1/5 of the
-grid's wall time (vector env start-ups included on both sides).
+grid's wall time (vector env start-ups included on both sides). The grid's time is that of
+one pass: each point stepped for all its rounds' env steps, with one start-up and close
+(the median of its rounds'); the rounds themselves start every point once per round, which
+the time as run (``grid_seconds``, also reported) counts each time.
 
 Run::
 
@@ -217,6 +220,14 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
             if point is not chosen or in_grid:
                 grid_s += run["wall_s"]
             runs.setdefault(run["name"], []).append(run)
+    # The rounds are how the grid is measured (drift spread over every point), not part of
+    # a grid search: one pass steps each point for all its rounds' env steps but starts
+    # and closes its vector env once. The time target is judged on that (shorter) time.
+    one_pass_s = 0.0
+    for point in points:
+        point_runs = runs[_name(point)]
+        one_pass_s += sum(x["seconds"] for x in point_runs)
+        one_pass_s += float(np.median([x["wall_s"] - x["seconds"] for x in point_runs]))
     rows = []
     for point in points:
         label = _name(point)
@@ -228,7 +239,7 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
     tuned = {"name": _name(chosen), "steps_per_s": float(np.median(tuned_rates))}
     best = max(rows, key=lambda r: r["steps_per_s"])
     ratio = tuned["steps_per_s"] / best["steps_per_s"]
-    time_ratio = result.seconds / grid_s
+    time_ratio = result.seconds / one_pass_s
     predicted = {row["name"]: row["predicted"] for row in result.table}
     for r in rows:
         r["predicted"] = predicted.get(r["name"])
@@ -250,6 +261,7 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
         },
         "grid": rows,
         "grid_seconds": grid_s,
+        "grid_one_pass_seconds": one_pass_s,
         "tuned": {**tuned, "in_grid": in_grid, "rounds": tuned_rates},
         "best": {"name": best["name"], "steps_per_s": best["steps_per_s"]},
         "targets": {
@@ -257,6 +269,7 @@ def run_workload(name: str, args: Args) -> dict[str, Any]:
             "tuned_vs_best_met": ratio >= 0.9,
             "tune_vs_grid_time": time_ratio,
             "tune_vs_grid_time_met": time_ratio <= 0.2,
+            "tune_vs_grid_time_as_run": result.seconds / grid_s,
         },
     }
 
@@ -296,7 +309,8 @@ def _markdown(report: dict[str, Any]) -> str:
                 if w["tuned"]["in_grid"]
                 else f" (not in the grid; measured beside it: {w['tuned']['steps_per_s']:.0f} steps/s)"
             )
-            + f"; grid: {w['grid_seconds']:.1f} s. "
+            + f"; grid: {w['grid_one_pass_seconds']:.1f} s as one pass "
+            f"({w['grid_seconds']:.1f} s as run, in {len(w['grid'][0]['rounds'])} rounds). "
             f"Tuned / best = {t['tuned_vs_best']:.2f} (target >= 0.9: "
             f"{'met' if t['tuned_vs_best_met'] else 'NOT met'}); tune / grid time = "
             f"{t['tune_vs_grid_time']:.2f} (target <= 0.2: {'met' if t['tune_vs_grid_time_met'] else 'NOT met'}).",

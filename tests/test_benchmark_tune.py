@@ -36,8 +36,13 @@ def test_tune_benchmark_quick(tmp_path: Path) -> None:
         ]  # fmt: skip
         assert all(row["steps_per_s"] > 0 for row in w["grid"])
         assert w["tune"]["seconds"] > 0 and w["grid_seconds"] > 0
+        # one pass: every point's stepping, one start-up each (the same as run in 1 round)
+        assert 0 < w["grid_one_pass_seconds"] <= w["grid_seconds"] + 1e-9
         assert set(w["targets"]) == {
             "tuned_vs_best", "tuned_vs_best_met", "tune_vs_grid_time", "tune_vs_grid_time_met",
+            "tune_vs_grid_time_as_run",
         }  # fmt: skip
+        t = w["targets"]
+        assert t["tune_vs_grid_time"] >= t["tune_vs_grid_time_as_run"] - 1e-9  # judged on one pass
     assert report["workloads"][0]["targets"] == saved["workloads"][0]["targets"]
     assert "Tuned / best" in output.with_suffix(".md").read_text()
