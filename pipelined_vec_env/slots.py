@@ -22,9 +22,10 @@ pipe stays the wake-up and the end-of-process signal, so the caller's wait on pi
 process sentinel notices a dead worker as before. See docs/wire_format.md.
 
 The header's two counters let either side spin on the slot instead of sleeping in the
-kernel: the caller bumps ``sent`` before every message it writes to the pipe, the worker
-bumps ``answered`` before every answer. A spinner that sees the counter move still reads
-the message from the pipe (it was written, or is about to be), so no wake-up is lost.
+kernel: the caller bumps ``sent`` after every message it writes to the pipe, the worker
+bumps ``answered`` after every answer. A spinner that sees the counter move reads the
+message from the pipe, where it already is (the write, a system call, came first), so it
+never blocks in that read, and a sleeper is woken by the write itself: no wake-up is lost.
 """
 
 from __future__ import annotations
@@ -400,12 +401,12 @@ class StepSlot:
         self.actions[:count] = actions
 
     def note_sent(self) -> None:
-        """Count one message written to the worker's pipe (before writing it)."""
+        """Count one message written to the worker's pipe (after writing it)."""
         self._sent += 1
         self.header[_SENT] = self._sent
 
     def answers_sent(self) -> int:
-        """How many answers the worker has sent (or is about to)."""
+        """How many answers the worker has written to the pipe."""
         return int(self.header[_ANSWERED])
 
     def read_results(self, count: int, message: bytes | tuple) -> tuple[Any, ...]:
@@ -454,7 +455,7 @@ class StepSlot:
         return self.indices[:count].tolist(), self.actions[:count].copy()
 
     def messages_sent(self) -> int:
-        """How many messages the caller has written to the pipe (or is about to)."""
+        """How many messages the caller has written to the pipe."""
         return int(self.header[_SENT])
 
     def write_results(
@@ -495,6 +496,6 @@ class StepSlot:
         self.header[_STARTED], self.header[_FINISHED] = started, finished
 
     def note_answered(self) -> None:
-        """Count one answer written to the pipe (before writing it)."""
+        """Count one answer written to the pipe (after writing it)."""
         self._answered += 1
         self.header[_ANSWERED] = self._answered

@@ -587,14 +587,15 @@ class _FastPath:
                 self.gap.record(time.perf_counter() - self.answered_at)
 
     def answer(self, conn: Connection, data: bytes) -> None:
-        """Count one answer in the slot, then write it to the pipe."""
-        if self.slot is not None:
-            self.slot.note_answered()
-            self.answered_at = time.perf_counter()
+        """Write an answer to the pipe, then count it in the slot (a spinning caller that
+        sees the count finds the answer there)."""
         if len(data) == 1:
             send_short(self.fd, data)
         else:
             conn.send_bytes(data)
+        if self.slot is not None:
+            self.slot.note_answered()
+            self.answered_at = time.perf_counter()
 
     def release(self) -> None:
         if self.slot is not None:

@@ -272,14 +272,15 @@ class WorkerHandle:
             kind = _PICKLED
             try:
                 slot = self.slot
-                if slot is not None:
-                    if command == Command.STEP and self.expected == 0:
-                        kind = self._write_fast_step(slot, payload)
-                    slot.note_sent()  # before the write: the worker may be spinning
+                if slot is not None and command == Command.STEP and self.expected == 0:
+                    kind = self._write_fast_step(slot, payload)
                 if kind != _PICKLED:
                     send_short(self.fd, WAKE_STEP_TIMED if timed else WAKE_STEP)
                 else:
                     send(self.conn, (command, payload, True) if timed else (command, payload))
+                if slot is not None:
+                    # after the write: a spinning worker that sees it finds the frame there
+                    slot.note_sent()
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
             if command == Command.STEP:
@@ -321,7 +322,7 @@ class WorkerHandle:
         )
 
     def answer_waiting(self) -> bool:
-        """Whether the worker has sent (or is sending) an answer not read yet."""
+        """Whether the worker has written an answer not read yet."""
         slot = self.slot
         return slot is not None and slot.answers_sent() > self._received
 
@@ -481,7 +482,7 @@ class ProcessBackend:
                 alive=lambda: all(h.process.is_alive() for h in waiting),
             ):
                 for h in waiting:
-                    if h.answer_waiting():  # written, or about to be: this read is short
+                    if h.answer_waiting():  # written: this read does not block
                         h.wire.spin_hits += 1
                         h.receive()
                 return False
