@@ -16,12 +16,15 @@ semaphore) and torchrl's (spin-polled shared flags with liveness checks, PR #345
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
 from typing import Any
 
 __all__ = [
+    "LOAD_HORIZON_SECONDS",
+    "LOAD_SAMPLE_SECONDS",
     "PROBE_FIRST",
     "PROBE_MAX",
     "SPIN_SECONDS",
@@ -98,8 +101,11 @@ def can_spin(processes: int) -> bool:
     return processes <= _usable_cores()
 
 
-_LOAD_REFRESH_SECONDS = 1.0
-_load_seen = (-1e9, 0.0, 0.0)  # (when, the load then, the runnable tasks then)
+#: Seconds between two readings of the tasks runnable now.
+LOAD_SAMPLE_SECONDS = 0.1
+#: Time constant (seconds) of the running mean of those readings.
+LOAD_HORIZON_SECONDS = 2.0
+_load_seen = (-1.0, 0.0)  # (when, the running mean of the runnable tasks; -1: never read)
 
 
 def machine_quiet(own_processes: int) -> bool:
@@ -107,21 +113,27 @@ def machine_quiet(own_processes: int) -> bool:
     env's workers and its caller): the load of other work plus those processes is under
     the usable cores plus half a core.
 
-    The load is the larger of the 1-minute load average and the tasks runnable now
-    (``/proc/loadavg``: the average alone lags a minute behind a job that just started),
-    less ``own_processes``. The tasks runnable now count only when two readings a second
-    apart both show them: one reading often catches a kernel thread or the worker still
-    on its way back to sleep, which stopped the spins for a whole second on an idle
-    machine. Spinning on a machine that other work keeps busy takes cores from it (and
-    from our own workers), so the spins stop there. Read at most once a second.
+    The load is a running mean (time constant `LOAD_HORIZON_SECONDS`) of the tasks
+    runnable now (``/proc/loadavg``'s fourth field), read every `LOAD_SAMPLE_SECONDS` at
+    most, less ``own_processes``; its first value is the larger of that count and the
+    kernel's 1-minute average. The kernel's average alone lags a minute both ways: it
+    kept the spins off for a minute after a benchmark's 8 busy workers had exited (the
+    one-worker null step measured right after them never spun), and missed a job that had
+    just started. One reading alone is noisy: on an idle machine it often catches a
+    kernel thread or a worker on its way back to sleep. Spinning on a machine that other
+    work keeps busy takes cores from it (and from our own workers), so the spins stop
+    there.
     """
     global _load_seen
     now = time.monotonic()
-    when, load, runnable = _load_seen
-    if now - when > _LOAD_REFRESH_SECONDS:
-        average, runnable_now = _current_load()
-        load = max(average, min(runnable, runnable_now))
-        _load_seen = (now, load, runnable_now)
+    when, load = _load_seen
+    if when < 0 or now - when >= LOAD_SAMPLE_SECONDS:
+        average, runnable = _current_load()
+        if when < 0:
+            load = max(average, runnable)
+        else:
+            load += (1.0 - math.exp(-(now - when) / LOAD_HORIZON_SECONDS)) * (runnable - load)
+        _load_seen = (now, load)
     others = max(0.0, load - own_processes)
     return others + own_processes < _usable_cores() + 0.5
 

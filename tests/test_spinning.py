@@ -68,29 +68,42 @@ def test_slow_spun_waits_close_the_gate():
 
 @pytest.fixture
 def loadavg(monkeypatch):
-    """Feed `machine_quiet` readings of (1-minute average, runnable tasks), one per second."""
+    """Feed `machine_quiet` readings of (1-minute average, runnable tasks), one per call,
+    `LOAD_SAMPLE_SECONDS` apart, on a 2-core machine."""
     readings: list[tuple[float, float]] = []
-    clock = iter(range(10, 10_000, 2))
+    clock = iter(range(10**6))
     monkeypatch.setattr(spinning, "_current_load", lambda: readings.pop(0))
     monkeypatch.setattr(spinning, "_usable_cores", lambda: 2)
-    monkeypatch.setattr(spinning, "_load_seen", (-1e9, 0.0, 0.0))
-    monkeypatch.setattr(spinning.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(spinning, "_load_seen", (-1.0, 0.0))
+    monkeypatch.setattr(
+        spinning.time, "monotonic", lambda: next(clock) * spinning.LOAD_SAMPLE_SECONDS
+    )
     return readings
 
 
+def quiet_over(readings: list, samples: list[tuple[float, float]]) -> list[bool]:
+    readings += samples
+    return [spinning.machine_quiet(2) for _ in samples]
+
+
 def test_one_busy_reading_does_not_stop_the_spins(loadavg):
-    loadavg += [(0.1, 1), (0.1, 4), (0.1, 1)]
-    assert [spinning.machine_quiet(2) for _ in range(3)] == [True, True, True]
+    assert all(quiet_over(loadavg, [(0.1, 1), (0.1, 4), (0.1, 1), (0.1, 3), (0.1, 1)]))
 
 
-def test_runnable_tasks_in_two_readings_stop_the_spins(loadavg):
-    loadavg += [(0.1, 1), (0.1, 4), (0.1, 4), (0.1, 1), (0.1, 1)]
-    assert [spinning.machine_quiet(2) for _ in range(5)] == [True, True, False, True, True]
+def test_other_work_that_keeps_running_stops_the_spins_within_seconds(loadavg):
+    seconds = 3.0
+    busy = int(seconds / spinning.LOAD_SAMPLE_SECONDS)
+    quiet = quiet_over(loadavg, [(0.1, 1)] * 5 + [(0.1, 4)] * busy)
+    assert all(quiet[:5]) and not quiet[-1]
 
 
-def test_a_high_load_average_stops_the_spins(loadavg):
-    loadavg += [(3.5, 1)]
-    assert not spinning.machine_quiet(2)
+def test_a_stale_load_average_is_forgotten_within_seconds(loadavg):
+    """The kernel's average stays high for a minute after busy work ended; the runnable
+    tasks read since decide after a few seconds."""
+    seconds = 5.0
+    idle = int(seconds / spinning.LOAD_SAMPLE_SECONDS)
+    quiet = quiet_over(loadavg, [(3.5, 1)] + [(3.5, 1)] * idle)
+    assert not quiet[0] and quiet[-1]
 
 
 def test_spinning_comes_back_after_slow_steps(make_pipelined):
