@@ -115,22 +115,22 @@ def machine_quiet(own_processes: int) -> bool:
 
     The load is a running mean (time constant `LOAD_HORIZON_SECONDS`) of the tasks
     runnable now (``/proc/loadavg``'s fourth field), read every `LOAD_SAMPLE_SECONDS` at
-    most, less ``own_processes``; its first value is the larger of that count and the
-    kernel's 1-minute average. The kernel's average alone lags a minute both ways: it
-    kept the spins off for a minute after a benchmark's 8 busy workers had exited (the
-    one-worker null step measured right after them never spun), and missed a job that had
-    just started. One reading alone is noisy: on an idle machine it often catches a
-    kernel thread or a worker on its way back to sleep. Spinning on a machine that other
-    work keeps busy takes cores from it (and from our own workers), so the spins stop
-    there.
+    most (each process keeps its own; its first reading starts the mean), less
+    ``own_processes``. The kernel's 1-minute average lags a minute both ways: it kept the
+    spins off for a minute after a benchmark's 8 busy workers had exited (the one-worker
+    null step measured right after them never spun, in the caller nor in a fresh
+    worker), and missed a job that had just started. One reading alone is noisy: on an
+    idle machine it often catches a kernel thread or a worker on its way back to sleep.
+    Spinning on a machine that other work keeps busy takes cores from it (and from our
+    own workers), so the spins stop there.
     """
     global _load_seen
     now = time.monotonic()
     when, load = _load_seen
     if when < 0 or now - when >= LOAD_SAMPLE_SECONDS:
-        average, runnable = _current_load()
+        runnable = _runnable_now()
         if when < 0:
-            load = max(average, runnable)
+            load = runnable
         else:
             load += (1.0 - math.exp(-(now - when) / LOAD_HORIZON_SECONDS)) * (runnable - load)
         _load_seen = (now, load)
@@ -138,19 +138,17 @@ def machine_quiet(own_processes: int) -> bool:
     return others + own_processes < _usable_cores() + 0.5
 
 
-def _current_load() -> tuple[float, float]:
-    """The 1-minute load average and the tasks runnable now."""
+def _runnable_now() -> float:
+    """The tasks runnable now (the 1-minute load average where /proc is missing)."""
     try:
         with open("/proc/loadavg") as f:
-            fields = f.read().split()
-        return float(fields[0]), float(fields[3].split("/")[0])
+            return float(f.read().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         pass
     try:
-        average = os.getloadavg()[0]
+        return os.getloadavg()[0]
     except OSError:
-        average = 0.0
-    return average, average
+        return 0.0
 
 
 def _usable_cores() -> int:

@@ -68,11 +68,11 @@ def test_slow_spun_waits_close_the_gate():
 
 @pytest.fixture
 def loadavg(monkeypatch):
-    """Feed `machine_quiet` readings of (1-minute average, runnable tasks), one per call,
+    """Feed `machine_quiet` readings of the runnable tasks, one per call,
     `LOAD_SAMPLE_SECONDS` apart, on a 2-core machine."""
-    readings: list[tuple[float, float]] = []
+    readings: list[float] = []
     clock = iter(range(10**6))
-    monkeypatch.setattr(spinning, "_current_load", lambda: readings.pop(0))
+    monkeypatch.setattr(spinning, "_runnable_now", lambda: readings.pop(0))
     monkeypatch.setattr(spinning, "_usable_cores", lambda: 2)
     monkeypatch.setattr(spinning, "_load_seen", (-1.0, 0.0))
     monkeypatch.setattr(
@@ -81,29 +81,27 @@ def loadavg(monkeypatch):
     return readings
 
 
-def quiet_over(readings: list, samples: list[tuple[float, float]]) -> list[bool]:
+def quiet_over(readings: list, samples: list[float]) -> list[bool]:
     readings += samples
     return [spinning.machine_quiet(2) for _ in samples]
 
 
 def test_one_busy_reading_does_not_stop_the_spins(loadavg):
-    assert all(quiet_over(loadavg, [(0.1, 1), (0.1, 4), (0.1, 1), (0.1, 3), (0.1, 1)]))
+    assert all(quiet_over(loadavg, [1, 4, 1, 3, 1]))
 
 
 def test_other_work_that_keeps_running_stops_the_spins_within_seconds(loadavg):
     seconds = 3.0
     busy = int(seconds / spinning.LOAD_SAMPLE_SECONDS)
-    quiet = quiet_over(loadavg, [(0.1, 1)] * 5 + [(0.1, 4)] * busy)
+    quiet = quiet_over(loadavg, [1] * 5 + [4] * busy)
     assert all(quiet[:5]) and not quiet[-1]
 
 
-def test_a_stale_load_average_is_forgotten_within_seconds(loadavg):
-    """The kernel's average stays high for a minute after busy work ended; the runnable
-    tasks read since decide after a few seconds."""
+def test_the_spins_come_back_within_seconds_after_other_work_ends(loadavg):
     seconds = 5.0
-    idle = int(seconds / spinning.LOAD_SAMPLE_SECONDS)
-    quiet = quiet_over(loadavg, [(3.5, 1)] + [(3.5, 1)] * idle)
-    assert not quiet[0] and quiet[-1]
+    samples = int(seconds / spinning.LOAD_SAMPLE_SECONDS)
+    quiet = quiet_over(loadavg, [4] * samples + [1] * samples)
+    assert not quiet[samples - 1] and quiet[-1]
 
 
 def test_spinning_comes_back_after_slow_steps(make_pipelined):
