@@ -105,7 +105,7 @@ def can_spin(processes: int) -> bool:
 LOAD_SAMPLE_SECONDS = 0.1
 #: Time constant (seconds) of the running mean of those readings.
 LOAD_HORIZON_SECONDS = 2.0
-_load_seen = (-1.0, 0.0)  # (when, the running mean of the runnable tasks; -1: never read)
+_load_seen = (-1.0, 0.0, 0.0)  # (when, runnable tasks weighted by recency, the weights)
 
 
 def machine_quiet(own_processes: int) -> bool:
@@ -115,7 +115,8 @@ def machine_quiet(own_processes: int) -> bool:
 
     The load is a running mean (time constant `LOAD_HORIZON_SECONDS`) of the tasks
     runnable now (``/proc/loadavg``'s fourth field), read every `LOAD_SAMPLE_SECONDS` at
-    most (each process keeps its own; its first reading starts the mean), less
+    most (each process keeps its own, weighted as an exponential moving average with its
+    start-up bias divided out), less
     ``own_processes``. The kernel's 1-minute average lags a minute both ways: it kept the
     spins off for a minute after a benchmark's 8 busy workers had exited (the one-worker
     null step measured right after them never spun, in the caller nor in a fresh
@@ -126,14 +127,16 @@ def machine_quiet(own_processes: int) -> bool:
     """
     global _load_seen
     now = time.monotonic()
-    when, load = _load_seen
+    when, weighted, weights = _load_seen
     if when < 0 or now - when >= LOAD_SAMPLE_SECONDS:
-        runnable = _runnable_now()
-        if when < 0:
-            load = runnable
-        else:
-            load += (1.0 - math.exp(-(now - when) / LOAD_HORIZON_SECONDS)) * (runnable - load)
-        _load_seen = (now, load)
+        # a running mean with its start-up bias divided out (as Adam's moments): until a
+        # horizon of readings has come, it is their plain mean, so a first reading taken
+        # while our own workers were still starting weighs 1/k after k readings
+        decay = 0.0 if when < 0 else math.exp(-(now - when) / LOAD_HORIZON_SECONDS)
+        weighted = decay * weighted + _runnable_now()
+        weights = decay * weights + 1.0
+        _load_seen = (now, weighted, weights)
+    load = weighted / weights
     others = max(0.0, load - own_processes)
     return others + own_processes < _usable_cores() + 0.5
 
