@@ -79,17 +79,19 @@ class TuneResult:
 
     def format_table(self) -> str:
         """The table as aligned text, the chosen layout marked with ``*``."""
-        lines = [f"{'layout':<16} {'predicted':>10} {'measured':>10}"]
+        names = []
         for row in self.table:
             chosen = (
                 row["mode"] == self.mode
                 and row["batch_size"] == self.batch_size
                 and row["kwargs"] == self.kwargs
             )
+            names.append(row["name"] + (" *" if chosen else ""))
+        width = max([len("layout"), *map(len, names)])
+        lines = [f"{'layout':<{width}} {'predicted':>10} {'measured':>10}"]
+        for name, row in zip(names, self.table, strict=True):
             measured = "-" if row["measured"] is None else f"{row['measured']:.0f}"
-            lines.append(
-                f"{row['name'] + (' *' if chosen else ''):<16} {row['predicted']:>10.0f} {measured:>10}"
-            )
+            lines.append(f"{name:<{width}} {row['predicted']:>10.0f} {measured:>10}")
         return "\n".join(lines)
 
 

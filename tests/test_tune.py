@@ -86,6 +86,7 @@ def test_result_structure_and_kwargs_build_a_working_env(make_pipelined):
     assert result.measurements["step_ms"]["samples"] > 0
     assert set(result.measurements["policy_ms"]) >= {1, 2, 4}
     assert "decoupled" in result.format_table() and "*" in result.format_table()
+    assert len({len(line) for line in result.format_table().splitlines()}) == 1  # aligned
 
     envs = make_pipelined(_busy_fns(4), **result.kwargs)
     stats = measure_layout(envs, _zeros, batch_size=result.batch_size, env_steps=16)
