@@ -32,6 +32,7 @@ __all__ = [
     "can_spin",
     "machine_quiet",
     "spin_until",
+    "usable_cores",
 ]
 
 #: Longest spin (seconds) before sleeping in the kernel; each side spins only while its
@@ -98,7 +99,7 @@ def can_spin(processes: int) -> bool:
     plain stores makes a counter seen by a spinner imply the data written before it)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    return processes <= _usable_cores()
+    return processes <= usable_cores()
 
 
 #: Seconds between two readings of the tasks runnable now.
@@ -138,7 +139,7 @@ def machine_quiet(own_processes: int) -> bool:
         _load_seen = (now, weighted, weights)
     load = weighted / weights
     others = max(0.0, load - own_processes)
-    return others + own_processes < _usable_cores() + 0.5
+    return others + own_processes < usable_cores() + 0.5
 
 
 def _runnable_now() -> float:
@@ -154,7 +155,8 @@ def _runnable_now() -> float:
         return 0.0
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; the CPU count elsewhere)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1  # pragma: no cover - platforms without affinity

@@ -28,6 +28,7 @@ from gymnasium import Env
 
 from .batching import batch_slice
 from .layout_model import Costs, Layout, rank
+from .spinning import usable_cores
 from .tune_selection import choose, rate, runoff, survivors
 from .vector_env import PipelinedVectorEnv
 
@@ -193,12 +194,6 @@ def _scheduler_slice() -> float | None:
         return None
     cpus = min(os.cpu_count() or 1, 8)
     return 0.75e-3 * (1 + int(math.log2(cpus)))
-
-
-def _usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _check_policy_output(actions: Any, n: int, envs: PipelinedVectorEnv) -> None:
@@ -640,7 +635,7 @@ def tune(
         )
     if env_kwargs.get("backend", "multiprocessing") != "multiprocessing":
         raise ValueError("env_kwargs: tune supports backend='multiprocessing' only")
-    cores = int(cores) if cores is not None else _usable_cores()
+    cores = int(cores) if cores is not None else usable_cores()
     layouts = _candidates(n, modes, stage_counts, per_worker, sizes)
     policy_sizes = sorted(
         {

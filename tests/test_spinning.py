@@ -73,7 +73,7 @@ def loadavg(monkeypatch):
     readings: list[float] = []
     clock = iter(range(10**6))
     monkeypatch.setattr(spinning, "_runnable_now", lambda: readings.pop(0))
-    monkeypatch.setattr(spinning, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(spinning, "usable_cores", lambda: 2)
     monkeypatch.setattr(spinning, "_load_seen", (-1.0, 0.0, 0.0))
     monkeypatch.setattr(
         spinning.time, "monotonic", lambda: next(clock) * spinning.LOAD_SAMPLE_SECONDS
