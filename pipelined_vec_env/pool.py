@@ -199,8 +199,9 @@ class WorkerPool:
         its first constructor, so restarts apply it again).
 
         Subprocess workers step through shared-memory slots with ``fast_path``
-        (`worker_handle.WorkerHandle`); their waits spin only when every worker and the
-        caller can have a core of their own (`spinning.can_spin`).
+        (`worker_handle.WorkerHandle`); the caller's waits spin only when every worker
+        and the caller can have a core of their own, the workers' (yielding their cores)
+        when every worker can (`spinning.can_spin`).
 
         Raises:
             ValueError: Bad ``cpu_affinity`` or Ray resources (before any worker starts).
@@ -220,6 +221,8 @@ class WorkerPool:
             self.context = ctx
             _preload_worker_module(ctx)
             spin = num_workers + 1 if fast_path and can_spin(num_workers + 1) else 0
+            # the workers alone: the caller takes a spinning worker's core when it needs it
+            worker_spin = fast_path and can_spin(num_workers)
 
             def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
                 return WorkerHandle(
@@ -234,6 +237,7 @@ class WorkerPool:
                     daemon=daemon,
                     fast_path=fast_path,
                     spin=spin,
+                    worker_spin=worker_spin,
                 )
 
         for s, ranges in layout:

@@ -56,7 +56,7 @@ class Command(StrEnum):
     | `CALL` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
     | `SET_ATTR` | `(name, values, local_indices)` | `None` |
     | `SET_AUTORESET` | local indices (their next step resets) | no answer |
-    | `ATTACH_SLOT` | `(slots.StepSlot, spin)`: the step fast path's slot (spin: see `WorkerHandle.spin`) | no answer |
+    | `ATTACH_SLOT` | `(slots.StepSlot, spin)`: the step fast path's slot (spin: whether the worker may spin for its next message, see `WorkerHandle.worker_spin`) | no answer |
     | `CLOSE` | `None` | `None`, then the worker exits |
 
     `START` is never sent: it names a worker's start-up in the pool's queue of commands

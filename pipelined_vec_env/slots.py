@@ -6,7 +6,7 @@ worker's ``n`` envs:
 
 | field | dtype, shape | written by |
 |---|---|---|
-| header | ``int64[8]``: messages sent, answers sent, envs in the request, worker times | both |
+| header | ``int64[8]``: messages sent, answers sent, envs in the request, worker times, the message the worker spins for, the last message sent without a pipe frame and its kind | both |
 | env indices | ``int64[n]``: the local envs of a partial step | caller |
 | actions | the action space's dtype, ``(n, *shape)`` | caller |
 | rewards | ``float64[n]`` | worker |
@@ -26,6 +26,14 @@ kernel: the caller bumps ``sent`` after every message it writes to the pipe, the
 bumps ``answered`` after every answer. A spinner that sees the counter move reads the
 message from the pipe, where it already is (the write, a system call, came first), so it
 never blocks in that read, and a sleeper is woken by the write itself: no wake-up is lost.
+
+A worker that spins for its next message says so in the header (``waiting``: the number
+of the message it spins for). A fast step sent while it does skips the pipe: the caller
+writes the wake-up's kind and its number (``wakeless``) into the header, then bumps
+``sent``; the worker, seeing ``sent`` move, finds the message there instead of in the
+pipe. A caller that read ``waiting`` just before the spin ended bumps ``sent`` into a
+worker that stopped spinning: so a worker that spun never sleeps without a timeout until
+its next message (its serve loop), and such a step waits at most that timeout.
 """
 
 from __future__ import annotations
@@ -71,8 +79,10 @@ _SHORT_FRAMES = {
 }
 # a whole one-byte frame, as one read returns it -> its byte
 _SHORT_BODIES = {frame: byte for byte, frame in _SHORT_FRAMES.items()}
-_SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED = 0, 1, 2, 3, 4
+_SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED, _WAITING, _WAKELESS, _KIND = range(8)
 _HEADER = 8
+_KINDS = {WAKE_STEP: 1, WAKE_STEP_TIMED: 2}
+_KIND_BYTES = {code: byte for byte, code in _KINDS.items()}
 
 # exact scalar types an info column may hold, and how a cell stores them
 _CELL_TYPES: dict[type, str] = {
@@ -405,6 +415,22 @@ class StepSlot:
         self._sent += 1
         self.header[_SENT] = self._sent
 
+    def worker_spins_for_next(self) -> bool:
+        """Whether the worker spins on the slot for the next message now (it then sees
+        one sent with `note_sent_wakeless` without a pipe frame)."""
+        return int(self.header[_WAITING]) == self._sent + 1
+
+    def note_sent_wakeless(self, message: bytes) -> None:
+        """Send the one-byte wake-up ``message`` (`WAKE_STEP` or `WAKE_STEP_TIMED`)
+        through the header alone, for a worker that `worker_spins_for_next`: its kind
+        and number first, then the count the worker watches (x86-64 keeps the stores in
+        this order as the worker sees them)."""
+        number = self._sent + 1
+        self.header[_KIND] = _KINDS[message]
+        self.header[_WAKELESS] = number
+        self._sent = number
+        self.header[_SENT] = number
+
     def answers_sent(self) -> int:
         """How many answers the worker has written to the pipe."""
         return int(self.header[_ANSWERED])
@@ -455,8 +481,19 @@ class StepSlot:
         return self.indices[:count].tolist(), self.actions[:count].copy()
 
     def messages_sent(self) -> int:
-        """How many messages the caller has written to the pipe."""
+        """How many messages the caller has sent (through the pipe or the header)."""
         return int(self.header[_SENT])
+
+    def spin_for(self, number: int) -> None:
+        """Say that the worker spins for message ``number`` now (0: it stopped)."""
+        self.header[_WAITING] = number
+
+    def wakeless(self, number: int) -> bytes | None:
+        """The wake-up byte of message ``number`` if it came through the header alone
+        (`note_sent_wakeless`), else None (it is in the pipe, or not sent yet)."""
+        if int(self.header[_WAKELESS]) != number:
+            return None
+        return _KIND_BYTES[int(self.header[_KIND])]
 
     def write_results(
         self, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray

@@ -29,6 +29,7 @@ __all__ = [
     "PROBE_MAX",
     "SPIN_SECONDS",
     "SpinGate",
+    "YIELD_SPIN_SECONDS",
     "can_spin",
     "machine_quiet",
     "spin_until",
@@ -38,6 +39,10 @@ __all__ = [
 #: Longest spin (seconds) before sleeping in the kernel; each side spins only while its
 #: recent spun waits were shorter than this.
 SPIN_SECONDS = 50e-6
+#: Longest spin (seconds) that yields its core at each look (`spin_until` with
+#: ``yield_core``), either side's; its `SpinGate` keeps it spinning only while its recent
+#: spun waits were shorter than this.
+YIELD_SPIN_SECONDS = 500e-6
 #: Waits a closed `SpinGate` lets pass before it spins once to probe again.
 PROBE_FIRST = 16
 #: The most waits between two probes (the interval doubles after each probe that missed).
@@ -46,7 +51,7 @@ PROBE_MAX = 1024
 
 class SpinGate:
     """Whether one side's next wait may spin: while the mean of its recent *spun* waits
-    is under `SPIN_SECONDS`.
+    is under the budget (`SPIN_SECONDS` unless given).
 
     A wait that slept says nothing about how long a spun one would take: it includes the
     sleeper's own wake-up (tens of microseconds here), so a mean over every wait would
@@ -57,13 +62,17 @@ class SpinGate:
     misses doubles the interval, up to `PROBE_MAX` waits (a 4-env HalfCheetah step,
     ~110 us, then pays one 50 us spin per 1024 waits).
 
+    Args:
+        budget: The longest mean (seconds) of spun waits under which the gate stays open.
+
     Attributes:
         mean: Running mean (seconds) of the recent spun waits, weight 1/4 for the newest.
     """
 
-    __slots__ = ("_every", "_probing", "_until", "mean")
+    __slots__ = ("_every", "_probing", "_until", "budget", "mean")
 
-    def __init__(self) -> None:
+    def __init__(self, budget: float = SPIN_SECONDS) -> None:
+        self.budget = budget
         self.mean = 0.0
         self._every = self._until = PROBE_FIRST
         self._probing = False
@@ -71,7 +80,7 @@ class SpinGate:
     def allows(self) -> bool:
         """Whether the next wait may spin (counts the waits toward the next probe); the
         caller of this must `record` that wait's time if it spins."""
-        if self.mean < SPIN_SECONDS:
+        if self.mean < self.budget:
             return True
         self._until -= 1
         if self._until > 0:
@@ -86,20 +95,25 @@ class SpinGate:
         the one that ended it)."""
         if self._probing:
             self._probing = False
-            if seconds < SPIN_SECONDS:  # quick again: trust the probe, not the old mean
+            if seconds < self.budget:  # quick again: trust the probe, not the old mean
                 self.mean = seconds
                 self._every = self._until = PROBE_FIRST
                 return
         self.mean += 0.25 * (min(seconds, 1.0) - self.mean)
 
 
+def stores_ordered() -> bool:
+    """Whether this machine keeps plain stores in order as other cores see them (x86-64):
+    then a counter seen moved in shared memory implies the data written before it, which
+    every spin on a slot relies on."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
 def can_spin(processes: int) -> bool:
     """Whether ``processes`` busy processes (workers plus the caller) leave a core each
-    for spinning: at most the cores this process may use, on x86-64 (whose ordering of
-    plain stores makes a counter seen by a spinner imply the data written before it)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    return processes <= usable_cores()
+    for spinning without yielding it: at most the cores this process may use, where
+    `stores_ordered`."""
+    return stores_ordered() and processes <= usable_cores()
 
 
 #: Seconds between two readings of the tasks runnable now.
@@ -162,7 +176,13 @@ def usable_cores() -> int:
     return os.cpu_count() or 1  # pragma: no cover - platforms without affinity
 
 
-def spin_until(ready: Any, seconds: float, alive: Any = None, check_every: int = 64) -> bool:
+def spin_until(
+    ready: Any,
+    seconds: float,
+    alive: Any = None,
+    check_every: int = 64,
+    yield_core: bool = False,
+) -> bool:
     """Spin until ``ready()`` is true, at most ``seconds``; return whether it became so.
 
     Args:
@@ -170,8 +190,21 @@ def spin_until(ready: Any, seconds: float, alive: Any = None, check_every: int =
         seconds: The spin's budget.
         alive: Called every ``check_every`` spins; the spin stops when it returns False.
         check_every: Spins between liveness checks.
+        yield_core: Give the core away (``sched_yield``) after each test, so that any
+            task runnable on it runs first: the spin then takes only CPU time nothing
+            else wants, and may run where no core is free.
     """
     end = time.perf_counter() + seconds
+    if yield_core and hasattr(os, "sched_yield"):
+        sched_yield, clock = os.sched_yield, time.perf_counter
+        spins = 0
+        while True:
+            if ready():
+                return True
+            sched_yield()
+            spins += 1
+            if clock() >= end or (alive is not None and spins % check_every == 0 and not alive()):
+                return ready()
     spins = 0
     while True:
         if ready():

@@ -56,7 +56,7 @@ from .slots import (
     recv_frame,
     send_short,
 )
-from .spinning import SPIN_SECONDS, SpinGate, machine_quiet, spin_until
+from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until, stores_ordered
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -65,6 +65,7 @@ __all__ = [
     "send",
     "send_answer",
     "serve_command",
+    "spin_for_message",
     "worker_main",
 ]
 
@@ -553,29 +554,43 @@ class _FastPath:
 
     def __init__(self) -> None:
         self.slot: StepSlot | None = None
-        self.spin = 0
         self.received = 0
         self.answered_at = 0.0
-        self.gap = SpinGate()  # answer-to-next-message times of the waits that spun
+        self.gap = SpinGate(YIELD_SPIN_SECONDS)  # answer-to-next-message times of spun waits
         self.spun = False  # whether the wait for the next message spun
         self.fd = -1  # the pipe's descriptor (set by the serve loop)
+        self.can_spin = False  # whether the waits may spin (set with the slot)
+        self.spins_for = 0  # the message the next wait spins for (0: it sleeps)
 
-    def attach(self, slot: StepSlot, spin: int) -> None:
+    def attach(self, slot: StepSlot, spin: bool) -> None:
         if self.slot is not None:
             self.slot.release()
-        self.slot, self.spin, self.received = slot, spin, 0
+        self.slot, self.received = slot, 0
+        self.can_spin = spin and stores_ordered()
 
-    def wait_for_message(self) -> None:
-        """Spin for the caller's next message while the caller has been quick to send it
-        (it is read from the pipe next either way)."""
-        slot = self.slot
-        if slot is None or not self.spin or not machine_quiet(self.spin):
-            return
-        if not self.gap.allows():
-            return
-        self.spun = True
-        received = self.received
-        spin_until(lambda: slot.messages_sent() > received, SPIN_SECONDS)
+    def next_frame(self, readable: Callable[..., Any]) -> bytes:
+        """The caller's next message: a one-byte fast step wake-up or a pickled frame.
+
+        While the caller has been quick to send the next message after each answer (its
+        `SpinGate`), the worker spins for it on the slot, yielding its core at each look
+        (`spinning.spin_until` with ``yield_core``: a simulator runnable on that core runs
+        first). It says so in the slot before it writes the answer (`answer`), since the
+        caller it wakes may take its core at once: a fast step sent from then on comes
+        through the slot alone, without a pipe write to wake the worker
+        (docs/wire_format.md, "What spins when"; `spin_for_message`).
+
+        Raises:
+            EOFError: The caller closed the pipe.
+        """
+        slot, number = self.slot, self.spins_for
+        if slot is not None and number:
+            self.spins_for = 0
+            self.spun = True
+            wakeless = spin_for_message(slot, number, readable)
+            if wakeless is not None:
+                return wakeless
+        readable()
+        return recv_frame(self.fd)  # EOFError: the caller is gone
 
     def received_one(self) -> None:
         if self.slot is None:
@@ -588,19 +603,57 @@ class _FastPath:
 
     def answer(self, conn: Connection, data: bytes) -> None:
         """Write an answer to the pipe, then count it in the slot (a spinning caller that
-        sees the count finds the answer there)."""
+        sees the count finds the answer there). Before the write, decide whether the
+        wait for the next message spins, and say so in the slot (`next_frame`)."""
+        slot = self.slot
+        if slot is not None and self.can_spin and self.gap.allows():
+            self.spins_for = self.received + 1
+            slot.spin_for(self.spins_for)
         if len(data) == 1:
             send_short(self.fd, data)
         else:
             conn.send_bytes(data)
-        if self.slot is not None:
-            self.slot.note_answered()
+        if slot is not None:
+            slot.note_answered()
             self.answered_at = time.perf_counter()
 
     def release(self) -> None:
         if self.slot is not None:
             self.slot.release()
             self.slot = None
+
+
+def spin_for_message(
+    slot: StepSlot,
+    number: int,
+    readable: Callable[..., Any],
+    seconds: float = YIELD_SPIN_SECONDS,
+) -> bytes | None:
+    """Wait for the caller's message ``number`` on ``slot`` (announced with
+    `StepSlot.spin_for`): spin for it up to ``seconds``, yielding the core at each look,
+    then sleep in timed polls of the pipe (1 ms, doubling to 0.1 s) until it comes.
+
+    A caller that saw the spin just before it ended sends the message through the slot
+    alone (`StepSlot.note_sent_wakeless`) to a worker that no longer spins: the timed
+    polls bound that message's wait by one timeout.
+
+    Args:
+        slot: The worker's slot.
+        number: The message waited for (messages since the slot came, from 1).
+        readable: ``readable(timeout_ms)``: a wait on the pipe, returning what is ready.
+        seconds: The spin's budget.
+
+    Returns:
+        The one-byte wake-up (`WAKE_STEP` or `WAKE_STEP_TIMED`) of a message that came
+        through the slot alone; None when the message is in the pipe (or the pipe closed).
+    """
+    received = number - 1
+    spin_until(lambda: slot.messages_sent() > received, seconds, yield_core=True)
+    slot.spin_for(0)
+    timeout = 1.0  # ms
+    while slot.messages_sent() <= received and not readable(timeout):
+        timeout = min(2 * timeout, 100.0)
+    return slot.wakeless(number)
 
 
 def _pickled(message: Any) -> bytes:
@@ -648,9 +701,10 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
         fast.answer(conn, _pickled((FAST_INFOS, infos, layout)))
 
 
-def _readable_waiter(fd: int) -> Callable[[], Any]:
-    """A blocking wait until ``fd`` (the worker's end of its socket pair) is readable or
-    hung up, for the serve loop to sleep in before each read.
+def _readable_waiter(fd: int) -> Callable[..., Any]:
+    """A wait until ``fd`` (the worker's end of its socket pair) is readable or hung up,
+    for the serve loop to sleep in before each read: ``wait(timeout_ms=None)`` returns
+    what is ready (empty: the timeout passed).
 
     Sleeping in ``poll`` for input instead of in ``read``: the caller's read of every
     answer frees socket buffer space, and the kernel then wakes whoever sleeps on this
@@ -659,7 +713,7 @@ def _readable_waiter(fd: int) -> Callable[[], Any]:
     wake-ups by event).
     """
     if not hasattr(select, "poll"):  # pragma: no cover - platforms without poll()
-        return lambda: None
+        return lambda timeout=None: [fd]
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return poller.poll
@@ -678,9 +732,7 @@ def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
     fd = fast.fd = conn.fileno()
     readable = _readable_waiter(fd)
     while True:
-        fast.wait_for_message()
-        readable()
-        data = recv_frame(fd)  # EOFError: the caller is gone
+        data = fast.next_frame(readable)  # EOFError: the caller is gone
         fast.received_one()
         if len(data) == 1:  # a fast step: its request is in the slot
             _fast_step(envs, fast, conn, timed=data == WAKE_STEP_TIMED)

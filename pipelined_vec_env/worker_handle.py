@@ -75,6 +75,8 @@ class WireStats:
             the slot, or another command of the worker was in flight).
         fast_answers: Step answers with their results in the slot and no infos pickled.
         info_answers: Step answers with results in the slot and infos pickled beside.
+        wakeless_steps: Of the fast steps, those sent without a pipe write: the worker
+            was spinning on the slot for its next message.
         spins: Waits for an answer that spun on the slot.
         spin_hits: Of those, the ones that saw the answer coming without sleeping.
     """
@@ -86,11 +88,12 @@ class WireStats:
         "pickled_steps",
         "spin_hits",
         "spins",
+        "wakeless_steps",
     )
 
     def __init__(self) -> None:
         self.fast_steps = self.pickled_steps = self.fast_answers = self.info_answers = 0
-        self.spins = self.spin_hits = 0
+        self.spins = self.spin_hits = self.wakeless_steps = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counts by name."""
@@ -122,10 +125,14 @@ class WorkerHandle:
         profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
             every send, answer, restart, deadline kill and death.
         fast_path: Whether steps may use the slot.
-        spin: 0: never spin; else the number of processes of the vector env (its workers
-            and the caller), set where each can have a core (`spinning.can_spin`): waits on
-            both sides then spin on the slot while the machine's load leaves those
-            processes their cores (`spinning.machine_quiet`).
+        spin: 0: the caller's waits never spin; else the number of processes of the
+            vector env (its workers and the caller), set where each can have a core
+            (`spinning.can_spin`): the caller's waits then spin on the slot while the
+            machine's load leaves those processes their cores (`spinning.machine_quiet`).
+        worker_spin: Whether the worker may spin for its next message, yielding its core
+            at each look (set where each worker can have a core: the caller then takes a
+            spinner's core when it needs one), so that a fast step sent meanwhile needs
+            no pipe write (`slots`, docs/wire_format.md "What spins when").
         slot: The current process's slot (None: none yet, or no fixed action layout).
         fd: The caller's end of the current process's pipe, as a descriptor (-1 once
             closed).
@@ -150,6 +157,7 @@ class WorkerHandle:
         daemon: bool = True,
         fast_path: bool = True,
         spin: int = 0,
+        worker_spin: bool = False,
     ) -> None:
         self.index = index
         self.stage = stage
@@ -157,6 +165,7 @@ class WorkerHandle:
         self.restarts = 0
         self.fast_path = fast_path
         self.spin = spin
+        self.worker_spin = worker_spin
         self.slot: StepSlot | None = None
         self.wire = WireStats()
         self.spin_gate = machine_quiet
@@ -218,7 +227,7 @@ class WorkerHandle:
         except TypeError:
             return  # no fixed action layout: every step goes pickled
         try:
-            send(self.conn, (Command.ATTACH_SLOT, (slot, self.spin)))
+            send(self.conn, (Command.ATTACH_SLOT, (slot, self.worker_spin)))
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             slot.release()
             return  # its death is read by the next wait
@@ -274,10 +283,14 @@ class WorkerHandle:
                 slot = self.slot
                 if slot is not None and command == Command.STEP and self.expected == 0:
                     kind = self._write_fast_step(slot, payload)
-                if kind != _PICKLED:
-                    send_short(self.fd, WAKE_STEP_TIMED if timed else WAKE_STEP)
-                else:
+                if kind == _PICKLED:
                     send(self.conn, (command, payload, True) if timed else (command, payload))
+                elif slot.worker_spins_for_next():  # it sees the step in the slot: no write
+                    slot.note_sent_wakeless(WAKE_STEP_TIMED if timed else WAKE_STEP)
+                    self.wire.wakeless_steps += 1
+                    slot = None
+                else:
+                    send_short(self.fd, WAKE_STEP_TIMED if timed else WAKE_STEP)
                 if slot is not None:
                     # after the write: a spinning worker that sees it finds the frame there
                     slot.note_sent()

@@ -8,6 +8,11 @@ Which path a step took is read from each worker's public `WireStats` (``envs.sta
 from __future__ import annotations
 
 import os
+import pickle
+import select
+import socket
+import threading
+import time
 from functools import partial
 from typing import Any
 
@@ -20,7 +25,8 @@ from gymnasium.vector import AutoresetMode
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
 from pipelined_vec_env.errors import WorkerCrashedError
-from pipelined_vec_env.slots import ColumnInfos, InfoLayout
+from pipelined_vec_env.slots import WAKE_STEP_TIMED, ColumnInfos, InfoLayout, StepSlot
+from pipelined_vec_env.worker import spin_for_message
 from tests.conftest import assert_tree_equal, slice_infos
 
 NUM_ENVS = 4
@@ -336,6 +342,8 @@ def test_nothing_spins_with_more_workers_than_cores(make_pipelined):
     for _ in range(10):
         envs.step(np.zeros(n, dtype=np.int64))
     assert all(w.spin == 0 and w.wire.spins == 0 for w in workers(envs))
+    # nor do the workers, which cannot have a core each either
+    assert not any(w.worker_spin or w.wire.wakeless_steps for w in workers(envs))
     assert fast_steps(envs) == 10 * n
 
 
@@ -344,3 +352,77 @@ def test_fast_path_off_gives_workers_no_slot(make_pipelined):
     envs.reset(seed=0)
     envs.step(np.zeros(2, dtype=np.int64))
     assert all(w.slot is None and w.spin == 0 for w in workers(envs))
+
+
+def test_quick_steps_reach_a_spinning_worker_without_a_pipe_write(make_pipelined):
+    """One worker (a core each for it: `spinning.can_spin`): after each quick answer it
+    spins for the next step, which then comes through the slot alone; every result is
+    still exactly SyncVectorEnv's."""
+    fns = wire_fns("box", "scalars")
+    envs = make_pipelined(fns, envs_per_worker=NUM_ENVS)
+    (worker,) = workers(envs)
+    assert worker.worker_spin
+    ref = gym.vector.SyncVectorEnv(fns)
+    try:
+        assert_tree_equal(envs.reset(seed=3), ref.reset(seed=3))
+        rng = np.random.default_rng(2)
+        for _ in range(300):
+            actions = draw(ref.single_action_space, rng)
+            assert_same_step(envs.step(actions), ref.step(actions))
+    finally:
+        ref.close()
+    assert worker.wire.fast_steps == 300
+    assert worker.wire.wakeless_steps > 0  # the worker spun for some of them
+
+
+def _readable(fd: int):
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return poller.poll
+
+
+def _slot_pair() -> tuple[StepSlot, StepSlot]:
+    """A slot and the worker's view of it (attached by name, as a worker does)."""
+    caller = StepSlot(spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32), 1)
+    return caller, pickle.loads(pickle.dumps(caller))
+
+
+def test_a_step_sent_as_the_workers_spin_ends_still_reaches_it():
+    """The caller saw the worker spinning, but the spin ended before the step came: the
+    worker's timed polls still find the step in the slot (no pipe write ever comes)."""
+    caller, worker = _slot_pair()
+    quiet, other_end = socket.socketpair()
+    try:
+        worker.spin_for(1)
+        assert caller.worker_spins_for_next()
+
+        def send_late() -> None:
+            time.sleep(0.05)  # after the worker's 1 ms spin below
+            caller.note_sent_wakeless(WAKE_STEP_TIMED)
+
+        sender = threading.Thread(target=send_late)
+        sender.start()
+        got = spin_for_message(worker, 1, _readable(quiet.fileno()), seconds=0.001)
+        sender.join()
+        assert got == WAKE_STEP_TIMED
+        assert not caller.worker_spins_for_next()  # the spin is over
+    finally:
+        quiet.close()
+        other_end.close()
+        worker.release()
+        caller.release()
+
+
+def test_a_message_in_the_pipe_is_left_there_for_the_worker_to_read():
+    caller, worker = _slot_pair()
+    readable_end, writer = socket.socketpair()
+    try:
+        worker.spin_for(1)
+        writer.send(b"x")  # a pickled message: the pipe, then the count
+        caller.note_sent()
+        assert spin_for_message(worker, 1, _readable(readable_end.fileno()), 0.001) is None
+    finally:
+        readable_end.close()
+        writer.close()
+        worker.release()
+        caller.release()
