@@ -154,6 +154,8 @@ class WorkerPool:
         handles: The workers, in global order (stages, then workers within a stage).
         backend: Their backend's waits on several workers (`transport.WorkerBackend`).
         context: The ``multiprocessing`` context (None with Ray).
+        workers_spin: Whether the workers spin for their next step, yielding their cores
+            (`WorkerHandle.worker_spin`): each can have a core of its own.
     """
 
     def __init__(
@@ -168,6 +170,7 @@ class WorkerPool:
         self.step_deadline = step_deadline
         self.max_restarts = max_restarts
         self.profiler = profiler
+        self.workers_spin = False
         self.handles: list[WorkerTransport] = []
         self.backend: WorkerBackend = ProcessBackend()
         self.context: Any = None
@@ -222,7 +225,7 @@ class WorkerPool:
             _preload_worker_module(ctx)
             spin = num_workers + 1 if fast_path and can_spin(num_workers + 1) else 0
             # the workers alone: the caller takes a spinning worker's core when it needs it
-            worker_spin = fast_path and can_spin(num_workers)
+            worker_spin = self.workers_spin = fast_path and can_spin(num_workers)
 
             def make(index: int, stage: int, env_indices: tuple[int, ...], fns: bytes) -> Any:
                 return WorkerHandle(

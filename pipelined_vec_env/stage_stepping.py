@@ -27,6 +27,7 @@ from .observations import ObservationStore
 from .pool import WorkerPool
 from .protocol import Answer, Command, Ok
 from .slots import ColumnInfos
+from .spinning import hand_over_core
 from .stages import Stage, StageState, check_startable
 from .transport import WorkerTransport
 
@@ -193,6 +194,8 @@ class StageStepping:
                 rows = batch[lo:hi] if array else batch_slice(space, batch, slice(lo, hi))
                 send(w, Command.STEP, (None, rows), w.env_indices)
             s.mark("step", whole)
+        if self.pool.workers_spin:  # one of them may share this core: let it start now
+            hand_over_core()
 
     def collect_step(
         self,
