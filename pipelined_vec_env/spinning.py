@@ -180,13 +180,16 @@ def usable_cores() -> int:
 def hand_over_core() -> None:
     """Let a task waiting for this core run now (``sched_yield``; nothing where missing).
 
-    Called by the caller right after it sent a step to workers that spin for it: a
-    spinning worker that shares the caller's core would otherwise start its step only
-    once the caller goes to sleep in its wait, tens of microseconds of Python later
+    Called by the caller right after it sent a whole-env step to workers that spin for
+    it: a spinning worker that shares the caller's core would otherwise start its step
+    only once the caller goes to sleep in its wait, tens of microseconds of Python later
     (measured with the profiler's records, 2 workers of 4 HalfCheetah envs on 2 cores:
     send-to-start 13.7 -> 7.1 us, the worker's step 155 -> 130 us, 33.2k -> 35.5k env
     steps/s, median of 4 interleaved runs). Where nothing else waits for the core it
-    returns at once.
+    returns at once. Not after one stage's ``step_async``: there the caller has other
+    stages to serve, and handing its core to a worker can stall it behind that worker's
+    whole step (the staged 2x4 loop: 29.7k env steps/s with it, 32.2k without, median of
+    4 interleaved runs on a noisy machine).
     """
     if hasattr(os, "sched_yield"):
         os.sched_yield()

@@ -194,7 +194,9 @@ class StageStepping:
                 rows = batch[lo:hi] if array else batch_slice(space, batch, slice(lo, hi))
                 send(w, Command.STEP, (None, rows), w.env_indices)
             s.mark("step", whole)
-        if self.pool.workers_spin:  # one of them may share this core: let it start now
+        if whole and self.pool.workers_spin:
+            # one of them may share this core: let it start now (only for a whole-env
+            # step: after a stage's step_async the caller has other stages to serve)
             hand_over_core()
 
     def collect_step(
