@@ -82,8 +82,11 @@ class TrainingBar:
     def tick(self) -> None:
         """Move a time bar to the seconds elapsed (a step bar does not move)."""
         if self.by_time:
-            self._bar.n = min(self._bar.total, round(time.monotonic() - self._start))
+            self._to_now()
             self._bar.refresh()
+
+    def _to_now(self) -> None:
+        self._bar.n = min(self._bar.total, round(time.monotonic() - self._start))
 
     def advance(self, env_steps: int, postfix: dict[str, Any]) -> None:
         """Count ``env_steps`` more and show ``postfix`` (a time bar adds the step count)."""
@@ -109,8 +112,14 @@ class TrainingBar:
             self._bar.refresh()
 
     def close(self, label: str | None = None) -> None:
-        """Close the bar, first labelled ``label`` if given (again is fine)."""
+        """Close the bar, first labelled ``label`` if given (again is fine).
+
+        tqdm draws a bar a last time as it closes it, so the label (and a time bar's
+        clock) is set without a draw of its own: written to a file, where every draw
+        stays, the closing line appears once."""
         if label is not None and not self._bar.disable:
-            self.describe(label)
+            self._bar.set_description(label, refresh=False)
+            if self.by_time:
+                self._to_now()
         self._bar.close()
         self._redirect.close()

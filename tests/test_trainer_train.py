@@ -89,6 +89,32 @@ def test_a_run_without_a_time_budget_counts_env_steps(tmp_path, capsys):
     assert "eval before any update (1/1 episodes)" in err  # the evaluation shows its progress
 
 
+@pytest.mark.parametrize("budget", [[], ["--max-minutes", "60"]], ids=["step_bar", "time_bar"])
+def test_a_bar_written_to_a_file_ends_with_its_last_line_once(tmp_path, budget):
+    """Redirected to a file every draw of the bar stays (a terminal overwrites them at the
+    carriage return): the closing line, labelled, is written once."""
+    err_path = tmp_path / "stderr.txt"
+    with err_path.open("w") as err:
+        result = subprocess.run(
+            [sys.executable, "-m", "reference_trainer.train"]
+            + ["--env-id", "InvertedPendulum-v5", "--num-envs", "2", "--num-steps", "16"]
+            + ["--total-timesteps", "64", "--num-minibatches", "4", "--update-epochs", "1"]
+            + ["--eval-episodes", "1", "--no-eval-video", "--no-tensorboard"]
+            + ["--checkpoint-every", "0", "--torch-threads", "1", "--progress", *budget]
+            + ["--run-dir", str(tmp_path), "--run-name", "run"],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            timeout=240,
+        )
+    text = err_path.read_text(encoding="utf-8")  # each carriage return reads as a new line
+    assert result.returncode == 0, text[-3000:]
+    draws = [part for part in re.split(r"[\r\n]", text) if part.strip()]
+    closing = [part for part in draws if part.startswith("done: final evaluation")]
+    assert len(closing) == 1, closing
+    assert draws[-1] == closing[0]
+
+
 def test_log_lines_print_on_their_own_line_while_the_bar_is_open(capsys):
     root = logging.getLogger()
     console = logging.StreamHandler(sys.stderr)  # the console handler basicConfig makes
