@@ -47,7 +47,8 @@ import numpy as np
 import tyro
 
 from reference_trainer.config import NumStages, TrainConfig
-from reference_trainer.train import train
+from reference_trainer.run_log import LOG_FORMAT, RunLog
+from reference_trainer.train import run_directory, train
 
 SUMMARY_KEYS = ("eval_success_rate_initial", "eval_success_rate_final", "eval_episodes")
 """Keys of ``summary.json`` that outside checks read."""
@@ -333,9 +334,13 @@ logger = logging.getLogger("train_libero")
 def run(config: LiberoTrainConfig) -> dict[str, Any]:
     """Run the main job (or --from-scratch / --bc-control) and return its summary.
 
+    The run directory's ``train.log`` holds the whole job's log lines, from the first
+    (demos, BC) to the last of `train` (a resumed run appends).
+
     Raises:
-        ValueError: for demo and evaluation init states that overlap, or both
-            --from-scratch and --bc-control.
+        ValueError: for demo and evaluation init states that overlap, both
+            --from-scratch and --bc-control, or --resume without --from-scratch.
+        FileNotFoundError: if --resume points at no checkpoint.
     """
     start = time.time()
     load_start = os.getloadavg()
@@ -350,9 +355,41 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
             config,
             run_name=f"{config.suite}_task{config.task_id}_{mode}__s{config.seed}__{os.getpid()}",
         )
+    if config.resume and not config.from_scratch:
+        raise ValueError(
+            "--resume continues a --from-scratch run only: the fine-tuning recipe and "
+            "--bc-control start a new run from new demos and BC (--init-checkpoint, which "
+            "--resume excludes)"
+        )
     config = dataclasses.replace(config, eval_episodes=len(_ids(config.eval_init_states)))
-    run_dir = (Path(config.run_dir) / str(config.run_name)).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_directory(config)  # the directory train() writes into (a resumed run's)
+    log_file = RunLog(run_dir / "train.log")  # the whole job's log; train() writes into it
+    try:
+        return _run(config, run_dir, deadline, start, load_start)
+    finally:
+        log_file.close()
+
+
+def _run(
+    config: LiberoTrainConfig,
+    run_dir: Path,
+    deadline: float | None,
+    start: float,
+    load_start: tuple[float, float, float],
+) -> dict[str, Any]:
+    logger.info(
+        "%s on %s task %d, %s",
+        "PPO from scratch"
+        if config.from_scratch
+        else "demos -> BC -> evaluate -> "
+        + ("longer BC" if config.bc_control else "PPO fine-tuning")
+        + " -> evaluate",
+        config.suite,
+        config.task_id,
+        "no time budget"
+        if config.budget_minutes is None
+        else f"all within {config.budget_minutes:g} min",
+    )
     extra: dict[str, Any] = {"mode": "finetune"}
     if config.from_scratch:
         extra["mode"] = "scratch"
@@ -514,26 +551,13 @@ def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
 
 def main() -> None:
     """Parse the config, run the main job, print success before and after."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # PyOpenGL logs "OpenGL_accelerate module loaded" at INFO when the video renderer starts
     logging.getLogger("OpenGL").setLevel(logging.WARNING)
     config = tyro.cli(LiberoTrainConfig)
     if config.eval_video or config.cameras:
         # headless rendering; an explicit MUJOCO_GL (e.g. osmesa) wins
         os.environ.setdefault("MUJOCO_GL", "egl")
-    logger.info(
-        "%s on %s task %d, %s",
-        "PPO from scratch"
-        if config.from_scratch
-        else "demos -> BC -> evaluate -> "
-        + ("longer BC" if config.bc_control else "PPO fine-tuning")
-        + " -> evaluate",
-        config.suite,
-        config.task_id,
-        "no time budget"
-        if config.budget_minutes is None
-        else f"all within {config.budget_minutes:g} min",
-    )
     summary = run(config)
 
     def fmt(value: float | None, spec: str = ".2f") -> str:

@@ -48,7 +48,7 @@ from reference_trainer.run_log import LOG_FORMAT, RunLog
 from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update
 from reference_trainer.vector_eval import evaluate_on_vector_env
 
-__all__ = ["resolve_device", "train"]
+__all__ = ["resolve_device", "run_directory", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +73,26 @@ def _flatten(x: Any) -> Any:
     return x.reshape(-1, *x.shape[2:])
 
 
-def _run_dir(config: TrainConfig, resume_from: Path | None) -> Path:
-    if resume_from is not None:
+def run_directory(config: TrainConfig) -> Path:
+    """The directory `train` writes the run into (created if new).
+
+    A resumed run (``config.resume``) keeps writing into the run it continues; a new one
+    goes to ``<run_dir>/<run_name>``, by default ``<env_id>__s<seed>__<date-time>`` (pass
+    ``run_name`` for a name that stays the same between calls). A script that writes into
+    the run before `train` (the LIBERO main job: demos, BC, its log) asks here.
+
+    Args:
+        config: the run configuration (``run_dir``, ``run_name``, ``resume``).
+
+    Returns:
+        The absolute path of the run directory.
+
+    Raises:
+        FileNotFoundError: if ``config.resume`` points at no checkpoint.
+    """
+    if config.resume:
         # checkpoints live in <run>/checkpoints/; keep writing into the same run
-        return resume_from.parent.parent
+        return find_checkpoint(config.resume).absolute().parent.parent
     name = (
         config.run_name
         or f"{config.env_id.replace('/', '_')}__s{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
@@ -253,8 +269,9 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
     resume_from = find_checkpoint(config.resume) if config.resume else None
     init_from = find_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     config, auto_layout = resolve_layout(config, factory, device)  # --num-stages auto
-    run_dir = _run_dir(config, resume_from)
-    log_file = RunLog(run_dir / "train.log")  # what the console logs, kept with the run
+    run_dir = run_directory(config)
+    # what the console logs, kept with the run (into the caller's copy if it opened one)
+    log_file = RunLog(run_dir / "train.log")
     writer = None
     progress = None
     collector: RolloutCollector | DecoupledRolloutCollector | None = None

@@ -18,7 +18,8 @@ import torch
 from reference_trainer.checkpoint import find_checkpoint
 from reference_trainer.config import TrainConfig
 from reference_trainer.progress_bar import TrainingBar
-from reference_trainer.train import train
+from reference_trainer.run_log import RunLog
+from reference_trainer.train import run_directory, train
 
 from .conftest import load_script, tiny_train_config
 
@@ -145,6 +146,34 @@ def test_the_run_directory_keeps_the_log(tmp_path, caplog):
         isinstance(h, logging.FileHandler) and h.baseFilename.endswith("train.log")
         for h in logging.getLogger().handlers
     )  # closed with the run
+
+
+def test_a_log_the_caller_opened_for_the_run_takes_the_trainers_lines_once(tmp_path, caplog):
+    """A script that logs before `train` (the LIBERO main job) opens the run's log for its
+    whole job; `train` writes into it, adds no second copy, and leaves it open."""
+    caplog.set_level(logging.INFO)
+    config = _tiny(tmp_path, total_timesteps=32)
+    run_dir = run_directory(config)
+    caller = logging.getLogger("test_caller")
+    job_log = RunLog(run_dir / "train.log")
+    try:
+        caller.info("before the trainer")
+        summary = train(config)
+        caller.info("after the trainer")
+    finally:
+        job_log.close()
+    assert Path(summary["run_dir"]) == run_dir
+    lines = (run_dir / "train.log").read_text().splitlines()
+    assert [line.split(": ", 1)[1] for line in lines if "test_caller:" in line] == [
+        "before the trainer",
+        "after the trainer",
+    ]
+    assert sum("reference_trainer.train: run directory" in line for line in lines) == 1
+    assert len(lines) == len(set(lines))  # no line twice
+    assert not any(
+        isinstance(h, logging.FileHandler) and h.baseFilename.endswith("train.log")
+        for h in logging.getLogger().handlers
+    )
 
 
 def test_serial_flag_runs_the_serial_loop(tmp_path):
@@ -307,48 +336,83 @@ def test_train_libero_main_job_tiny(tmp_path):
     assert (run_dir / "learning_curve.png").stat().st_size > 0
     assert (run_dir / "bc.pt").is_file() and (run_dir / "demos.hdf5").is_file()
     assert "before ->" in result.stdout and str(run_dir) in result.stdout
+    # train.log holds the whole job, each line once: the main job's steps before train()
+    # (demos, BC), then the trainer's
+    log = (run_dir / "train.log").read_text().splitlines()
+    assert len(log) == len(set(log))
+    assert "train_libero: demos -> BC -> evaluate -> PPO fine-tuning" in log[0]
+    steps = ("train_libero: collecting", "reference_trainer.bc:", "reference_trainer.train: run")
+    first = [next(i for i, line in enumerate(log) if step in line) for step in steps]
+    assert first == sorted(first), log
+    assert any("reference_trainer.train: evaluation at iteration" in line for line in log)
 
 
 @_needs_libero
 def test_train_libero_from_scratch_tiny(tmp_path):
-    result = _run_script(
-        [
-            "examples/train_libero.py",
-            "--from-scratch",
-            "--num-envs",
-            "2",
-            "--num-stages",
-            "2",
-            "--num-steps",
-            "4",
-            "--chunk-size",
-            "4",
-            "--total-timesteps",
-            "64",
-            "--num-minibatches",
-            "2",
-            "--update-epochs",
-            "1",
-            "--eval-init-states",
-            "30:31",
-            "--horizon",
-            "24",
-            "--no-eval-video",
-            "--no-progress",
-            "--run-dir",
-            str(tmp_path),
-            "--run-name",
-            "libero",
-        ],
-        timeout=280,
-    )
+    """A tiny --from-scratch run; then --resume of it (no --run-name) writes into the same
+    run directory: summary.json there, train.log appended."""
+    args = [
+        "examples/train_libero.py",
+        "--from-scratch",
+        "--num-envs",
+        "2",
+        "--num-stages",
+        "2",
+        "--num-steps",
+        "4",
+        "--chunk-size",
+        "4",
+        "--total-timesteps",
+        "64",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--eval-init-states",
+        "30:31",
+        "--horizon",
+        "24",
+        "--no-eval-video",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path),
+    ]
+    result = _run_script([*args, "--run-name", "libero"], timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads((tmp_path / "libero" / "summary.json").read_text())
+    run_dir = tmp_path / "libero"
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["mode"] == "scratch" and "demos" not in summary
     assert summary["num_stages"] == 2
     assert summary["global_step"] == 64
     assert "success_rate" in summary["final_eval"]
-    assert str(tmp_path / "libero") in result.stdout
+    assert str(run_dir) in result.stdout
+
+    result = _run_script([*args, "--resume", str(run_dir)], timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["libero"]  # no second run directory
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["run_dir"] == str(run_dir) and resumed["total_wall_s"] != summary["total_wall_s"]
+    log = (run_dir / "train.log").read_text()
+    assert log.count("train_libero: PPO from scratch") == 2  # the resumed run appended
+    assert log.count("reference_trainer.train: run directory") == 2
+    assert "reference_trainer.train: resumed from" in log
+
+
+def test_train_libero_resume_needs_from_scratch(tmp_path):
+    """--resume of a fine-tuning run would collect demos and clone them into the resumed
+    run's directory, then stop (--init-checkpoint and --resume are exclusive): it stops
+    before, with a clear error."""
+    import tyro
+
+    module = load_script("examples/train_libero.py", "train_libero")
+    (tmp_path / "old").mkdir()
+    config = tyro.cli(
+        module.LiberoTrainConfig,
+        args=["--resume", str(tmp_path / "old"), "--run-dir", str(tmp_path)],
+    )
+    with pytest.raises(ValueError, match="--resume continues a --from-scratch run only"):
+        module.run(config)
+    assert [p.name for p in tmp_path.iterdir()] == ["old"] and not any((tmp_path / "old").iterdir())
 
 
 @pytest.mark.slow
