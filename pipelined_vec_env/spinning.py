@@ -3,12 +3,17 @@
 Waking a sleeping process through a pipe costs tens of microseconds on a VM; seeing a
 counter move in shared memory costs well under one (issue 14's measured floors). So the
 caller, waiting for an answer, and the worker, waiting for the next command, may spin on
-the slot's counters (`slots.StepSlot`) for at most `SPIN_SECONDS`, under three gates
-(docs/wire_format.md, "What spins when"):
+the slot's counters (`slots.StepSlot`) (docs/wire_format.md, "What spins when"):
 
-1. `can_spin`: at construction, every worker and the caller can have a core of its own;
-2. `machine_quiet`: the machine's load leaves those cores free now;
-3. `SpinGate`: per side, the recent waits that spun were short.
+- the caller for at most `SPIN_SECONDS`, under three gates: `can_spin` at construction
+  (every worker and the caller can have a core of its own), `machine_quiet` (the
+  machine's load leaves those cores free now) and its `SpinGate` (its recent spun waits
+  were short);
+- the worker for at most `YIELD_SPIN_SECONDS`, yielding its core at each look
+  (`spin_until` with ``yield_core``), where every worker can have a core of its own
+  (`can_spin` of the workers alone), while its `SpinGate` (budget `YIELD_SPIN_SECONDS`)
+  says its recent spun waits were short; after a whole-env step's sends the caller
+  hands its core to such a worker (`hand_over_core`).
 
 The idea of spinning briefly before blocking is EnvPool's (a short spin, then a
 semaphore) and torchrl's (spin-polled shared flags with liveness checks, PR #3457).
