@@ -58,6 +58,7 @@ __all__ = [
     "ColumnInfos",
     "InfoLayout",
     "StepSlot",
+    "merge_columns",
     "recv_frame",
     "send_short",
 ]
@@ -179,9 +180,11 @@ class InfoLayout:
         mask_keys: ``"_key"`` for each key (gymnasium's mask of that key).
         dtypes: ``np.dtype`` of each type (the batched array's dtype).
         floats: Per key, whether its cells hold ``float64`` (else ``int64``).
+        batch_keys: The batched infos' keys in gymnasium's order (each key, then its mask).
+        uniform_dtype: The dtype every key shares (cells of one kind too), else None.
     """
 
-    __slots__ = ("dtypes", "floats", "keys", "mask_keys", "types")
+    __slots__ = ("batch_keys", "dtypes", "floats", "keys", "mask_keys", "types", "uniform_dtype")
 
     def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
         self.keys = keys
@@ -190,6 +193,12 @@ class InfoLayout:
         self.mask_keys = tuple(f"_{key}" for key in keys)
         self.dtypes = tuple(np.dtype(t) for t in types)
         self.floats = tuple(_CELL_TYPES.get(t) == "f" for t in types)
+        #: gymnasium's batched infos' key order: each key, then its mask
+        self.batch_keys = tuple(k for pair in zip(keys, self.mask_keys, strict=True) for k in pair)
+        #: the one dtype of every key's batched array and cells, or None (mixed)
+        self.uniform_dtype = (
+            self.dtypes[0] if len(set(self.dtypes)) == 1 and len(set(self.floats)) == 1 else None
+        )
 
     @classmethod
     def learn(cls, infos: list[list[dict]]) -> InfoLayout | None:
@@ -239,12 +248,21 @@ class ColumnInfos:
     batched layout with `merge_into`.
     """
 
-    __slots__ = ("layout", "n", "values")
+    __slots__ = ("block", "layout", "n", "values")
 
-    def __init__(self, layout: InfoLayout | None, values: list[np.ndarray], n: int) -> None:
+    def __init__(
+        self,
+        layout: InfoLayout | None,
+        values: list[np.ndarray],
+        n: int,
+        block: np.ndarray | None = None,
+    ) -> None:
         self.layout = layout
         self.values = values
         self.n = n
+        #: ``(len(layout.keys), n)``: every column at once, where the layout's cells are of
+        #: one kind (``values`` are then its rows), else None
+        self.block = block
 
     def __len__(self) -> int:
         return self.n
@@ -299,6 +317,32 @@ class ColumnInfos:
                 mask = infos[mask_key] = np.zeros(num_envs, dtype=np.bool_)
             mask[lo:hi] = True
         return infos
+
+
+def merge_columns(parts: list[tuple[int, ColumnInfos]], num_envs: int) -> dict[str, Any] | None:
+    """The batched infos of ``num_envs`` envs from the column infos of every worker that
+    answered (``(lo, columns)``: its envs at positions ``lo, lo + 1, ...``), or None unless
+    they share one layout whose keys share one dtype.
+
+    The same dict as `ColumnInfos.merge_into` part after part into ``{}`` (keys in
+    gymnasium's order, an array of the key's dtype and a ``_key`` mask each), built with
+    one 2-D store per part for the values and one for the masks: each key's array and
+    mask are rows of one ``(keys, num_envs)`` array.
+    """
+    layout = parts[0][1].layout if parts else None
+    if layout is None or layout.uniform_dtype is None:
+        return None
+    for _, columns in parts:
+        if columns.block is None or not (columns.layout is layout or columns.layout == layout):
+            return None
+    values = np.zeros((len(layout.keys), num_envs), dtype=layout.uniform_dtype)
+    masks = np.zeros((len(layout.keys), num_envs), dtype=np.bool_)
+    for lo, columns in parts:
+        hi = lo + columns.n
+        values[:, lo:hi] = columns.block
+        masks[:, lo:hi] = True
+    pairs = (a for pair in zip(values, masks, strict=True) for a in pair)
+    return dict(zip(layout.batch_keys, pairs, strict=True))
 
 
 def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:
@@ -469,7 +513,10 @@ class StepSlot:
         values = [
             float_block[c] if is_float else block[c] for c, is_float in enumerate(layout.floats)
         ]
-        return ColumnInfos(layout, values, count)
+        uniform = None
+        if layout.uniform_dtype is not None:
+            uniform = float_block if layout.floats[0] else block
+        return ColumnInfos(layout, values, count, uniform)
 
     # ------------------------------------------------------------------ worker side
 

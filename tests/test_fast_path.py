@@ -47,6 +47,7 @@ class WireEnv(gym.Env):
 
     - ``none``: always empty;
     - ``scalars``: the same scalar keys every step, of several types;
+    - ``floats``, ``ints``, ``bools``: the same keys every step, all of one type;
     - ``changing``: keys and types that change from step to step;
     - ``mixed``: scalars plus an array and a nested dict (no column layout);
     - ``dtype``: the action's type and dtype as the env received it (a str).
@@ -95,6 +96,12 @@ class WireEnv(gym.Env):
                 "i64": np.int64(-c),
                 "b": c % 2 == 0,
             }
+        if self.infos == "floats":  # one dtype for every key: merged in one store
+            return {"x": 0.5 * c, "y": -c / 7, "id": float(self.env_id)}
+        if self.infos == "ints":
+            return {"n": c * 1000, "m": -c}
+        if self.infos == "bools":
+            return {"even": c % 2 == 0, "late": c > 2}
         if self.infos == "changing":
             if c % 3 == 0:
                 return {"f": float(c)}
@@ -176,7 +183,9 @@ def test_array_actions_take_the_fast_path_and_match_sync(make_pipelined, action)
     assert sum(w.wire.fast_answers for w in workers(fast)) > 0
 
 
-@pytest.mark.parametrize("infos", ["none", "scalars", "changing", "mixed"])
+@pytest.mark.parametrize(
+    "infos", ["none", "scalars", "floats", "ints", "bools", "changing", "mixed"]
+)
 def test_infos_present_absent_and_changing_match_sync(make_pipelined, infos):
     fast = run_against_sync(make_pipelined, wire_fns("box", infos), steps=20)
     assert pickled_steps(fast) == 0
