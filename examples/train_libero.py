@@ -272,7 +272,7 @@ def _warm_start(config: LiberoTrainConfig, run_dir: Path, deadline: float | None
             "the evaluation must use init states no demo used"
         )
     logger.info(
-        "collecting %d expert demos (init states %s; starting %d LIBERO envs takes ~10 s)",
+        "collecting %d expert demos (init states %s, %d LIBERO envs; about a minute)",
         len(ids),
         config.demo_init_states,
         min(config.num_envs, len(ids)),
