@@ -7,6 +7,7 @@ Which path a step took is read from each worker's public `WireStats` (``envs.sta
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import select
@@ -366,21 +367,26 @@ def test_fast_path_off_gives_workers_no_slot(make_pipelined):
 def test_quick_steps_reach_a_spinning_worker_without_a_pipe_write(make_pipelined):
     """One worker (a core each for it: `spinning.can_spin`): after each quick answer it
     spins for the next step, which then comes through the slot alone; every result is
-    still exactly SyncVectorEnv's."""
+    still exactly SyncVectorEnv's.
+
+    The steps run back to back (compared with SyncVectorEnv after the loop): the worker
+    spins only while the caller sends its next step within the spin's budget."""
     fns = wire_fns("box", "scalars")
     envs = make_pipelined(fns, envs_per_worker=NUM_ENVS)
     (worker,) = workers(envs)
     assert worker.worker_spin
+    rng = np.random.default_rng(2)
+    batches = [draw(envs.single_action_space, rng) for _ in range(500)]
+    got = [envs.reset(seed=3)]
+    got += [copy.deepcopy(envs.step(actions)) for actions in batches]
     ref = gym.vector.SyncVectorEnv(fns)
     try:
-        assert_tree_equal(envs.reset(seed=3), ref.reset(seed=3))
-        rng = np.random.default_rng(2)
-        for _ in range(300):
-            actions = draw(ref.single_action_space, rng)
-            assert_same_step(envs.step(actions), ref.step(actions))
+        assert_tree_equal(got[0], ref.reset(seed=3))
+        for result, actions in zip(got[1:], batches, strict=True):
+            assert_same_step(result, ref.step(actions))
     finally:
         ref.close()
-    assert worker.wire.fast_steps == 300
+    assert worker.wire.fast_steps == len(batches)
     assert worker.wire.wakeless_steps > 0  # the worker spun for some of them
 
 
