@@ -283,16 +283,17 @@ class WorkerHandle:
                 slot = self.slot
                 if slot is not None and command == Command.STEP and self.expected == 0:
                     kind = self._write_fast_step(slot, payload)
+                # each message is counted in the slot after its write: a spinning worker
+                # that sees the count finds the frame there
                 if kind == _PICKLED:
                     send(self.conn, (command, payload, True) if timed else (command, payload))
+                    if slot is not None:
+                        slot.note_sent()
                 elif slot.worker_spins_for_next():  # it sees the step in the slot: no write
                     slot.note_sent_wakeless(WAKE_STEP_TIMED if timed else WAKE_STEP)
                     self.wire.wakeless_steps += 1
-                    slot = None
                 else:
                     send_short(self.fd, WAKE_STEP_TIMED if timed else WAKE_STEP)
-                if slot is not None:
-                    # after the write: a spinning worker that sees it finds the frame there
                     slot.note_sent()
             except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
                 self._mark_dead()
