@@ -165,7 +165,9 @@ def measure(
 
         run = whole if loop == "step" else staged
         run(warmup)
-        pids = [h.pid for h in envs._handles]  # private, read for the benchmark only
+        # `workers`; `_handles` in checkouts before session 7 (--trees runs older ones)
+        handles = getattr(envs, "workers", None) or envs._handles
+        pids = [h.pid for h in handles]
         workers, cpu, wall = _worker_cpu(pids), time.process_time(), time.perf_counter()
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:

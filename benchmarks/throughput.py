@@ -278,7 +278,8 @@ def prepare_single(env: gym.Env, actions: np.ndarray, seed: int) -> Loop:
 
 def worker_pids(env: Any) -> list[int]:
     """Pids of the env's worker processes (none for in-process backends)."""
-    handles = getattr(env, "_handles", None)  # ours; private, read for the benchmark only
+    # ours: `workers` (`_handles` in checkouts before session 7, for --trees runs)
+    handles = getattr(env, "workers", None) or getattr(env, "_handles", None)
     if handles is not None:
         return [h.process.pid for h in handles]
     return [p.pid for p in getattr(env, "processes", [])]  # gymnasium Async, SB3

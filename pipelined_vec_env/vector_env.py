@@ -326,9 +326,11 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         return tuple(w.restarts for w in self._pool.handles)
 
     @property
-    def _handles(self) -> list[WorkerTransport]:
-        """The worker handles (the pool's), for tests and benchmarks that inspect them."""
-        return self._pool.handles
+    def workers(self) -> tuple[WorkerTransport, ...]:
+        """Every worker's handle, in global order (stages, then workers within a stage; the
+        same as ``[w for s in self.stages for w in s.workers]``): its ``env_indices``,
+        ``restarts``, ``pid``, ``wire`` (`worker_handle.WireStats`, subprocess workers)."""
+        return tuple(self._pool.handles)
 
     @property
     def _shm_arrays(self) -> list[Any]:

@@ -137,8 +137,8 @@ def test_async_reset_rebuilds_a_dead_worker(make_pipelined):
     if not seen:  # env 1's result came after the crash report
         seen += envs.recv(timeout=30)[-1]["env_id"].tolist()
     assert seen == [1]
-    old_pid = envs._handles[0].process.pid
+    old_pid = envs.workers[0].process.pid
     envs.async_reset(seed=0)  # rebuilds worker 0 first
     obs, *_, info = envs.recv(batch_size=2, timeout=30)
     assert sorted(info["env_id"].tolist()) == [0, 1] and obs[:, 0].tolist() == [0, 0]
-    assert envs._handles[0].process.pid != old_pid and envs.restart_counts == (0, 0)
+    assert envs.workers[0].process.pid != old_pid and envs.restart_counts == (0, 0)

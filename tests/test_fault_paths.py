@@ -112,7 +112,7 @@ def assert_gone(procs: set[psutil.Process]) -> None:
 
 def kill_worker(envs: PipelinedVectorEnv, index: int) -> None:
     """SIGKILL worker ``index`` and reap it (the vector env notices on its next wait)."""
-    process = envs._handles[index].process
+    process = envs.workers[index].process
     process.kill()
     process.join(30)
 
@@ -191,7 +191,7 @@ def test_rebuild_that_hangs_in_start_counts_as_a_failed_restart(
         with pytest.raises(WaitTimeoutError, match="start_timeout"):
             step(envs, whole)
         assert envs.restart_counts[VICTIM] == 1
-        assert envs._handles[VICTIM].process.exitcode == -signal.SIGKILL  # killed and reaped
+        assert envs.workers[VICTIM].process.exitcode == -signal.SIGKILL  # killed and reaped
         return
     _, _, _, trunc, info = step(envs, whole)  # the second rebuild starts
     assert envs.restart_counts == (0, 0, 0, 2)
@@ -360,7 +360,7 @@ def test_reset_rebuilds_a_worker_that_died_while_idle(
         scripted(tmp_path), **LAYOUT, shared_memory=shared_memory, max_restarts=max_restarts
     )
     envs.reset(seed=0)
-    old_pid = envs._handles[VICTIM].process.pid
+    old_pid = envs.workers[VICTIM].process.pid
     kill_worker(envs, VICTIM)  # while idle: nothing is waiting on it
     if whole:
         obs, info = envs.reset(seed=1)
@@ -368,7 +368,7 @@ def test_reset_rebuilds_a_worker_that_died_while_idle(
         envs.reset_async(seed=1, stage=1)
         obs, info = envs.reset_wait(stage=1)
     assert obs[-2:, 0].tolist() == [6, 7] and info["_env_id"].all()
-    assert envs._handles[VICTIM].process.pid != old_pid
+    assert envs.workers[VICTIM].process.pid != old_pid
     assert envs.restart_counts == (0, 0, 0, 0)  # a reset's rebuild is not a restart
     _, rew, _, trunc, _ = step(envs, whole)
     assert not trunc.any() and [int(r) for r in rew] == [1] * len(rew)
@@ -412,7 +412,7 @@ def test_close_stops_all_workers_in_parallel_within_its_timeout(make_pipelined, 
     envs.reset(seed=0)
     envs.step_async(zeros())
     time.sleep(0.5)  # let the workers fill their pipes
-    workers = {psutil.Process(h.process.pid) for h in envs._handles}
+    workers = {psutil.Process(h.process.pid) for h in envs.workers}
     timeout = 5.0
     start = time.monotonic()
     envs.close(timeout=timeout)
@@ -439,7 +439,7 @@ envs = PipelinedVectorEnv(
 )
 names = [a.name for a in envs._shm_arrays]
 envs.reset(seed=0)
-victim = envs._handles[3].process
+victim = envs.workers[3].process
 victim.kill()
 victim.join(30)
 time.sleep(1.0)  # time for anything that would unlink the segments on the worker's death

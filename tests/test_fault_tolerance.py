@@ -147,7 +147,7 @@ def test_decoupled_failure_rebuilds_the_worker_and_truncates_its_episodes(
     recv_all(envs, 4)
     envs.send(acts(0, 0, 0, 0), [0, 1, 2, 3])
     recv_all(envs, 4)
-    old = envs._handles[1].process
+    old = envs.workers[1].process
     old_pid = old.pid
     envs.send(acts(0), [3])  # answered before env 2 fails: its result must survive the restart
     envs.send(acts(0, 0, bad), [0, 1, 2])
@@ -156,7 +156,7 @@ def test_decoupled_failure_rebuilds_the_worker_and_truncates_its_episodes(
     with caplog.at_level(logging.WARNING, logger="pipelined_vec_env"):
         got = recv_all(envs, 4)
     assert "restarting worker 1" in caplog.text
-    assert envs.restart_counts == (0, 1) and envs._handles[1].process.pid != old_pid
+    assert envs.restart_counts == (0, 1) and envs.workers[1].process.pid != old_pid
     for g in (0, 1, 3):  # untouched, or finished before the failure
         assert got[g][0][0] == 2 and got[g][3] is False and "worker_restarted" not in got[g][4]
     obs2, rew2, term2, trunc2, info2 = got[2]
@@ -218,7 +218,7 @@ def test_decoupled_step_deadline_kills_a_hung_worker(make_pipelined):
     with pytest.raises(WorkerCrashedError) as info:
         for _ in range(2):  # env 1's result may come before or after the crash report
             seen += envs.recv(timeout=30)[-1]["env_id"].tolist()
-    assert info.value.env_indices == (0,) and envs._handles[0].deadline_exceeded
+    assert info.value.env_indices == (0,) and envs.workers[0].deadline_exceeded
     restarting = make_pipelined(
         [partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1
     )

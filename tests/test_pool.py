@@ -95,7 +95,7 @@ def test_decoupled_sends_queue_on_the_pool_and_answer_in_order(make_pipelined):
     )
     envs.async_reset(seed=0)
     envs.recv(batch_size=2, timeout=30)
-    (worker,) = envs._handles
+    (worker,) = envs.workers
     pool = envs._pool
     assert pool.idle([worker])
     envs.send(np.array([1]), env_ids=[1])

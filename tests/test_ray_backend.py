@@ -112,7 +112,7 @@ def test_same_trace_as_multiprocessing(ray_local, make_pipelined):
     kwargs = dict(num_stages=2, envs_per_worker=2, autoreset_mode=AutoresetMode.SAME_STEP)
     r = make_pipelined(counting_fns(), backend="ray", ray_options=SMALL, **kwargs)
     m = make_pipelined(counting_fns(), **kwargs)
-    assert r.shared_memory is False and all(h.backend == "ray" for h in r._handles)
+    assert r.shared_memory is False and all(h.backend == "ray" for h in r.workers)
     assert_tree_equal(r.reset(seed=3), m.reset(seed=3))
     for t in range(7):  # crosses every env's episode end (lengths 3..6)
         a = acts(t % 3, (t + 1) % 3, 2, t % 2)
@@ -386,7 +386,7 @@ def test_trainer_flag_builds_ray_workers(ray_local):
         ray_options={"num_cpus": config.ray_num_cpus},
     )
     try:
-        assert all(h.backend == "ray" for h in envs._handles)
+        assert all(h.backend == "ray" for h in envs.workers)
         obs, _ = envs.reset(seed=0)
         obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
         assert obs.shape == (2, 4)
@@ -428,7 +428,7 @@ def test_two_node_cluster_places_actors_by_resource_and_node(ray_sessions, make_
         ray_options={"num_cpus": 0.25, "resources": {"sim": 1}, "address": cluster.address},
     )
     assert ray.is_initialized()  # ray_options["address"] connected this driver
-    nodes = ray.get([h.actor.node_id.remote() for h in by_resource._handles])
+    nodes = ray.get([h.actor.node_id.remote() for h in by_resource.workers])
     assert nodes == [worker_node.node_id] * 2
     pinned = make_pipelined(
         counting_fns(2, "box"),
@@ -436,7 +436,7 @@ def test_two_node_cluster_places_actors_by_resource_and_node(ray_sessions, make_
         backend="ray",
         ray_options={"num_cpus": 0.25, "node_ids": [head_id, worker_node.node_id]},
     )
-    assert ray.get([h.actor.node_id.remote() for h in pinned._handles]) == [
+    assert ray.get([h.actor.node_id.remote() for h in pinned.workers]) == [
         head_id,
         worker_node.node_id,
     ]
