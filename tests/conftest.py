@@ -130,6 +130,38 @@ class ActionRecordingEnv(gym.Env):
         return np.zeros(1, np.float32), 0.0, False, False, {}
 
 
+def tiny_libero_args(
+    run_dir: Any, *flags: str, total_timesteps: int = 64, eval_init_states: str = "30:31"
+) -> list[str]:
+    """``examples/train_libero.py`` with the tests' tiny settings (2 envs in 2 stages,
+    4-step rollouts, one short update, 24-step episodes, no video, no bar) writing into
+    ``run_dir``, then ``flags`` (the recipe's own)."""
+    return [
+        "examples/train_libero.py",
+        *flags,
+        "--num-envs",
+        "2",
+        "--num-stages",
+        "2",
+        "--num-steps",
+        "4",
+        "--total-timesteps",
+        str(total_timesteps),
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--eval-init-states",
+        eval_init_states,
+        "--horizon",
+        "24",
+        "--no-eval-video",
+        "--no-progress",
+        "--run-dir",
+        str(run_dir),
+    ]
+
+
 def rollout_array_fields() -> tuple[str, ...]:
     """Names of the per-step arrays of a `reference_trainer.rollout.Rollout` (every field but
     its episode records and timings), in declaration order."""

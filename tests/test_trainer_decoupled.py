@@ -33,7 +33,7 @@ from reference_trainer.evaluation import evaluate
 from reference_trainer.ppo import compute_gae
 from reference_trainer.rollout import RolloutCollector
 from reference_trainer.train import train
-from tests.conftest import rollout_array_fields
+from tests.conftest import rollout_array_fields, tiny_libero_args
 from tests.test_trainer_rollout import CHUNK, DriftEnv, ElementwisePolicy
 
 pytestmark = pytest.mark.timeout(240)
@@ -258,39 +258,22 @@ def test_train_libero_example_decoupled(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            "examples/train_libero.py",
-            "--from-scratch",
-            "--decoupled",
-            "--num-actors",
-            "2",
-            "--rollout-queue-size",
-            "1",
-            "--max-wait",
-            "0.002",
-            "--num-envs",
-            "2",
-            "--num-stages",
-            "2",
-            "--num-steps",
-            "4",
-            "--chunk-size",
-            "4",
-            "--total-timesteps",
-            "64",
-            "--num-minibatches",
-            "2",
-            "--update-epochs",
-            "1",
-            "--eval-init-states",
-            "30:32",
-            "--horizon",
-            "24",
-            "--no-eval-video",
-            "--no-progress",
-            "--run-dir",
-            str(tmp_path),
-            "--run-name",
-            "libero",
+            *tiny_libero_args(
+                tmp_path,
+                "--from-scratch",
+                "--decoupled",
+                "--num-actors",
+                "2",
+                "--rollout-queue-size",
+                "1",
+                "--max-wait",
+                "0.002",
+                "--chunk-size",
+                "4",
+                "--run-name",
+                "libero",
+                eval_init_states="30:32",
+            ),
         ],
         cwd=REPO,
         capture_output=True,

@@ -21,7 +21,7 @@ from reference_trainer.progress_bar import TrainingBar
 from reference_trainer.run_log import RunLog
 from reference_trainer.train import run_directory, train
 
-from .conftest import load_script, tiny_train_config
+from .conftest import load_script, tiny_libero_args, tiny_train_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -290,39 +290,21 @@ _needs_libero = pytest.mark.skipif(
 def test_train_libero_main_job_tiny(tmp_path):
     """The default recipe, shrunk: demos -> BC -> evaluate -> PPO -> evaluate, summary keys."""
     result = _run_script(
-        [
-            "examples/train_libero.py",
-            "--num-envs",
-            "2",
-            "--num-stages",
-            "2",
-            "--num-steps",
-            "4",
-            "--total-timesteps",
-            "16",
-            "--num-minibatches",
-            "2",
-            "--update-epochs",
-            "1",
+        tiny_libero_args(
+            tmp_path,
             "--value-warmup-iterations",
             "1",
             "--demo-init-states",
             "0:2",
             "--train-init-states",
             "0:2",
-            "--eval-init-states",
-            "30:32",
             "--bc-max-epochs",
             "3",
-            "--horizon",
-            "24",
-            "--no-eval-video",
-            "--no-progress",
-            "--run-dir",
-            str(tmp_path),
             "--run-name",
             "job",
-        ],
+            total_timesteps=16,
+            eval_init_states="30:32",
+        ),
         timeout=580,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -351,32 +333,7 @@ def test_train_libero_main_job_tiny(tmp_path):
 def test_train_libero_from_scratch_tiny(tmp_path):
     """A tiny --from-scratch run; then --resume of it (no --run-name) writes into the same
     run directory: summary.json there, train.log appended."""
-    args = [
-        "examples/train_libero.py",
-        "--from-scratch",
-        "--num-envs",
-        "2",
-        "--num-stages",
-        "2",
-        "--num-steps",
-        "4",
-        "--chunk-size",
-        "4",
-        "--total-timesteps",
-        "64",
-        "--num-minibatches",
-        "2",
-        "--update-epochs",
-        "1",
-        "--eval-init-states",
-        "30:31",
-        "--horizon",
-        "24",
-        "--no-eval-video",
-        "--no-progress",
-        "--run-dir",
-        str(tmp_path),
-    ]
+    args = tiny_libero_args(tmp_path, "--from-scratch", "--chunk-size", "4")
     result = _run_script([*args, "--run-name", "libero"], timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "libero"
