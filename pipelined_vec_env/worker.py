@@ -56,7 +56,7 @@ from .slots import (
     recv_frame,
     send_short,
 )
-from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until, stores_ordered
+from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -566,7 +566,7 @@ class _FastPath:
         if self.slot is not None:
             self.slot.release()
         self.slot, self.received = slot, 0
-        self.can_spin = spin and stores_ordered()
+        self.can_spin = spin  # the pool decided it (`spinning.can_spin` of the workers)
 
     def next_frame(self, readable: Callable[..., Any]) -> bytes:
         """The caller's next message: a one-byte fast step wake-up or a pickled frame.
