@@ -181,10 +181,12 @@ class InfoLayout:
         dtypes: ``np.dtype`` of each type (the batched array's dtype).
         floats: Per key, whether its cells hold ``float64`` (else ``int64``).
         batch_keys: The batched infos' keys in gymnasium's order (each key, then its mask).
-        uniform_dtype: The dtype every key shares (cells of one kind too), else None.
+        cell_dtype: ``float64`` or ``int64`` when every key's cells are of that one kind,
+            else None (mixed).
+        casts: Per key, its dtype where it differs from ``cell_dtype``, else None.
     """
 
-    __slots__ = ("batch_keys", "dtypes", "floats", "keys", "mask_keys", "types", "uniform_dtype")
+    __slots__ = ("batch_keys", "casts", "cell_dtype", "dtypes", "floats", "keys", "mask_keys", "types")
 
     def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
         self.keys = keys
@@ -195,10 +197,13 @@ class InfoLayout:
         self.floats = tuple(_CELL_TYPES.get(t) == "f" for t in types)
         #: gymnasium's batched infos' key order: each key, then its mask
         self.batch_keys = tuple(k for pair in zip(keys, self.mask_keys, strict=True) for k in pair)
-        #: the one dtype of every key's batched array and cells, or None (mixed)
-        self.uniform_dtype = (
-            self.dtypes[0] if len(set(self.dtypes)) == 1 and len(set(self.floats)) == 1 else None
+        #: the one kind of every key's cells, or None (mixed)
+        self.cell_dtype = (
+            None
+            if len(set(self.floats)) != 1
+            else np.dtype(np.float64 if self.floats[0] else np.int64)
         )
+        self.casts = tuple(None if d == self.cell_dtype else d for d in self.dtypes)
 
     @classmethod
     def learn(cls, infos: list[list[dict]]) -> InfoLayout | None:
@@ -322,27 +327,33 @@ class ColumnInfos:
 def merge_columns(parts: list[tuple[int, ColumnInfos]], num_envs: int) -> dict[str, Any] | None:
     """The batched infos of ``num_envs`` envs from the column infos of every worker that
     answered (``(lo, columns)``: its envs at positions ``lo, lo + 1, ...``), or None unless
-    they share one layout whose keys share one dtype.
+    they share one layout whose cells are of one kind (all float64 or all int64).
 
     The same dict as `ColumnInfos.merge_into` part after part into ``{}`` (keys in
     gymnasium's order, an array of the key's dtype and a ``_key`` mask each), built with
-    one 2-D store per part for the values and one for the masks: each key's array and
-    mask are rows of one ``(keys, num_envs)`` array.
+    one 2-D store per part for the values and one for the masks: each key's mask, and its
+    array where the key's dtype is the cells' (else a cast of that row), are rows of one
+    ``(keys, num_envs)`` array.
     """
     layout = parts[0][1].layout if parts else None
-    if layout is None or layout.uniform_dtype is None:
+    if layout is None or layout.cell_dtype is None:
         return None
     for _, columns in parts:
         if columns.block is None or not (columns.layout is layout or columns.layout == layout):
             return None
-    values = np.zeros((len(layout.keys), num_envs), dtype=layout.uniform_dtype)
+    values = np.zeros((len(layout.keys), num_envs), dtype=layout.cell_dtype)
     masks = np.zeros((len(layout.keys), num_envs), dtype=np.bool_)
     for lo, columns in parts:
         hi = lo + columns.n
         values[:, lo:hi] = columns.block
         masks[:, lo:hi] = True
-    pairs = (a for pair in zip(values, masks, strict=True) for a in pair)
-    return dict(zip(layout.batch_keys, pairs, strict=True))
+    infos: dict[str, Any] = {}
+    for key, mask_key, cast, row, mask in zip(
+        layout.keys, layout.mask_keys, layout.casts, values, masks, strict=True
+    ):
+        infos[key] = row if cast is None else row.astype(cast)
+        infos[mask_key] = mask
+    return infos
 
 
 def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:
@@ -514,7 +525,7 @@ class StepSlot:
             float_block[c] if is_float else block[c] for c, is_float in enumerate(layout.floats)
         ]
         uniform = None
-        if layout.uniform_dtype is not None:
+        if layout.cell_dtype is not None:
             uniform = float_block if layout.floats[0] else block
         return ColumnInfos(layout, values, count, uniform)
 

@@ -49,6 +49,8 @@ class WireEnv(gym.Env):
     - ``none``: always empty;
     - ``scalars``: the same scalar keys every step, of several types;
     - ``floats``, ``ints``, ``bools``: the same keys every step, all of one type;
+    - ``float_dtypes``, ``int_dtypes``: cells of one kind, keys of several dtypes
+      (HalfCheetah's infos: float64 and float32);
     - ``changing``: keys and types that change from step to step;
     - ``mixed``: scalars plus an array and a nested dict (no column layout);
     - ``dtype``: the action's type and dtype as the env received it (a str).
@@ -101,6 +103,10 @@ class WireEnv(gym.Env):
             return {"x": 0.5 * c, "y": -c / 7, "id": float(self.env_id)}
         if self.infos == "ints":
             return {"n": c * 1000, "m": -c}
+        if self.infos == "float_dtypes":
+            return {"x": np.float64(c / 7), "f": 0.5 * c, "ctrl": np.float32(-c / 3)}
+        if self.infos == "int_dtypes":
+            return {"n": c * 1000, "i32": np.int32(-c), "u8": np.uint8(c % 256), "even": c % 2 == 0}
         if self.infos == "bools":
             return {"even": c % 2 == 0, "late": c > 2}
         if self.infos == "changing":
@@ -185,7 +191,18 @@ def test_array_actions_take_the_fast_path_and_match_sync(make_pipelined, action)
 
 
 @pytest.mark.parametrize(
-    "infos", ["none", "scalars", "floats", "ints", "bools", "changing", "mixed"]
+    "infos",
+    [
+        "none",
+        "scalars",
+        "floats",
+        "ints",
+        "bools",
+        "float_dtypes",
+        "int_dtypes",
+        "changing",
+        "mixed",
+    ],
 )
 def test_infos_present_absent_and_changing_match_sync(make_pipelined, infos):
     fast = run_against_sync(make_pipelined, wire_fns("box", infos), steps=20)
