@@ -341,12 +341,20 @@ def merge_columns(parts: list[tuple[int, ColumnInfos]], num_envs: int) -> dict[s
     for _, columns in parts:
         if columns.block is None or not (columns.layout is layout or columns.layout == layout):
             return None
-    values = np.zeros((len(layout.keys), num_envs), dtype=layout.cell_dtype)
-    masks = np.zeros((len(layout.keys), num_envs), dtype=np.bool_)
+    shape = (len(layout.keys), num_envs)
+    covered = 0  # the parts in env order, each after the last: they cover [0, covered)
     for lo, columns in parts:
-        hi = lo + columns.n
-        values[:, lo:hi] = columns.block
-        masks[:, lo:hi] = True
+        covered = covered + columns.n if lo == covered else -1
+    if covered == num_envs:  # every env answered: one join, every mask set
+        values = np.concatenate([columns.block for _, columns in parts], axis=1)
+        masks = np.ones(shape, dtype=np.bool_)
+    else:
+        values = np.zeros(shape, dtype=layout.cell_dtype)
+        masks = np.zeros(shape, dtype=np.bool_)
+        for lo, columns in parts:
+            hi = lo + columns.n
+            values[:, lo:hi] = columns.block
+            masks[:, lo:hi] = True
     infos: dict[str, Any] = {}
     for key, mask_key, cast, row, mask in zip(
         layout.keys, layout.mask_keys, layout.casts, values, masks, strict=True

@@ -69,6 +69,43 @@ def _own_arrays(payload: tuple, n: int) -> bool:
     )
 
 
+def _column_results(
+    answered: list[tuple[WorkerTransport, tuple]], start: int, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] | None:
+    """``(rewards, terminations, truncations, infos)`` of a step whose every worker answered
+    with slot columns (`StepSlot.read_results`), the workers in env order covering the
+    ``n`` envs from ``start``, infos batched; None for any other step (the general path
+    then puts it together env by env, with the same result)."""
+    parts = []
+    covered = 0
+    for worker, payload in answered:
+        items, _, _, _, columns = payload
+        if (
+            items is not None
+            or type(columns) is not ColumnInfos
+            or worker.env_indices[0] - start != covered
+            or columns.n != len(worker.env_indices)
+        ):
+            return None
+        parts.append((covered, columns))
+        covered += columns.n
+    if covered != n:
+        return None
+    if all(columns.layout is None for _, columns in parts):
+        infos: dict[str, Any] | None = {}
+    else:
+        infos = merge_columns(parts, n)
+        if infos is None:
+            return None
+    if len(answered) == 1:  # the slot's fresh float64 / bool copies: the call's own
+        _, rewards, terminations, truncations, _ = answered[0][1]
+    else:
+        rewards = np.concatenate([payload[1] for _, payload in answered])
+        terminations = np.concatenate([payload[2] for _, payload in answered])
+        truncations = np.concatenate([payload[3] for _, payload in answered])
+    return rewards, terminations, truncations, infos
+
+
 def _empty_infos(n: int, info_layout: str) -> Any:
     return [{} for _ in range(n)] if info_layout == "per_env" else {}
 
@@ -218,6 +255,10 @@ class StageStepping:
         n, start = envs.stop - envs.start, envs.start
         collected, error = self.wait(stages, "step", whole, timeout)
         answered = [pair for _, results in collected for pair in results]
+        if error is None and info_layout != "per_env":
+            columns = _column_results(answered, start, n)
+            if columns is not None:  # the fast path's answers: no per-env work
+                return (self.observations.batch(envs, copy), *columns)
         infos = _empty_infos(n, info_layout)
         batched = isinstance(infos, dict)
         merged = None  # every answer's infos as slot columns of one layout: merged at once
