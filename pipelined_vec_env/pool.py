@@ -364,6 +364,12 @@ class WorkerPool:
             if wake_fd is None:
                 return [], False
             return [], bool(poll_fds([wake_fd], timeout))
+        return self._collect(busy, timeout, wake_fd)
+
+    def _collect(
+        self, busy: list[Any], timeout: float | None, wake_fd: int | None
+    ) -> tuple[list[tuple[Any, InFlight]], bool]:
+        """`poll_or_wake` on ``busy`` (each with a command in flight)."""
         woken = False
         if not any(w.answer is not None or (w.dead and not w.pending) for w in busy):
             woken = self.backend.receive_ready(busy, self._wait_before(busy, timeout), wake_fd)
@@ -438,10 +444,13 @@ class WorkerPool:
             WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
         """
         deadline = deadline_after(timeout)
-        while not self.idle(workers):
-            self.poll(workers, remaining(deadline))
-            if deadline is not None and remaining(deadline) == 0 and not self.idle(workers):
-                waiting = [w.index for w in workers if self._queues[w.index]]
+        queues = self._queues
+        busy = [w for w in workers if queues[w.index]]
+        while busy:
+            self._collect(busy, remaining(deadline), None)
+            busy = [w for w in busy if queues[w.index]]
+            if busy and deadline is not None and remaining(deadline) == 0:
+                waiting = [w.index for w in busy]
                 raise WaitTimeoutError(
                     f"worker(s) {waiting} did not answer within {timeout} s; the call stays "
                     "in flight and a later wait returns its result"

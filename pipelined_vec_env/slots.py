@@ -184,9 +184,20 @@ class InfoLayout:
         cell_dtype: ``float64`` or ``int64`` when every key's cells are of that one kind,
             else None (mixed).
         casts: Per key, its dtype where it differs from ``cell_dtype``, else None.
+        cast_columns: The indices of the keys with a cast.
     """
 
-    __slots__ = ("batch_keys", "casts", "cell_dtype", "dtypes", "floats", "keys", "mask_keys", "types")
+    __slots__ = (
+        "batch_keys",
+        "cast_columns",
+        "casts",
+        "cell_dtype",
+        "dtypes",
+        "floats",
+        "keys",
+        "mask_keys",
+        "types",
+    )
 
     def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
         self.keys = keys
@@ -204,6 +215,8 @@ class InfoLayout:
             else np.dtype(np.float64 if self.floats[0] else np.int64)
         )
         self.casts = tuple(None if d == self.cell_dtype else d for d in self.dtypes)
+        #: the columns whose dtype is not the cells'
+        self.cast_columns = tuple(c for c, cast in enumerate(self.casts) if cast is not None)
 
     @classmethod
     def learn(cls, infos: list[list[dict]]) -> InfoLayout | None:
@@ -355,13 +368,16 @@ def merge_columns(parts: list[tuple[int, ColumnInfos]], num_envs: int) -> dict[s
             hi = lo + columns.n
             values[:, lo:hi] = columns.block
             masks[:, lo:hi] = True
-    infos: dict[str, Any] = {}
-    for key, mask_key, cast, row, mask in zip(
-        layout.keys, layout.mask_keys, layout.casts, values, masks, strict=True
-    ):
-        infos[key] = row if cast is None else row.astype(cast)
-        infos[mask_key] = mask
-    return infos
+    rows = list(values)
+    for c in layout.cast_columns:
+        rows[c] = rows[c].astype(layout.casts[c])
+    return dict(zip(layout.batch_keys, _interleave(rows, list(masks)), strict=True))
+
+
+def _interleave(a: list, b: list) -> list:
+    out = a + b
+    out[::2], out[1::2] = a, b
+    return out
 
 
 def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:
