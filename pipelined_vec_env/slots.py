@@ -266,21 +266,28 @@ class ColumnInfos:
     batched layout with `merge_into`.
     """
 
-    __slots__ = ("block", "layout", "n", "values")
+    __slots__ = ("_values", "block", "layout", "n")
 
     def __init__(
         self,
         layout: InfoLayout | None,
-        values: list[np.ndarray],
+        values: list[np.ndarray] | None,
         n: int,
         block: np.ndarray | None = None,
     ) -> None:
         self.layout = layout
-        self.values = values
+        self._values = values
         self.n = n
         #: ``(len(layout.keys), n)``: every column at once, where the layout's cells are of
-        #: one kind (``values`` are then its rows), else None
+        #: one kind (``values`` are then its rows, made when first read), else None
         self.block = block
+
+    @property
+    def values(self) -> list[np.ndarray]:
+        """One array per key of the layout: ``values[c][k]`` is env ``k``'s value."""
+        if self._values is None:
+            self._values = [] if self.block is None else list(self.block)
+        return self._values
 
     def __len__(self) -> int:
         return self.n
@@ -544,14 +551,13 @@ class StepSlot:
         # one copy of the used cells; each column a view of it as float64 or int64 (cast
         # to the key's dtype where it is merged or read)
         block = self.cells[: len(layout.keys), :count].copy()
+        if layout.cell_dtype is not None:  # one kind of cell: the columns are its rows
+            return ColumnInfos(layout, None, count, block.view(layout.cell_dtype))
         float_block = block.view(np.float64)
         values = [
             float_block[c] if is_float else block[c] for c, is_float in enumerate(layout.floats)
         ]
-        uniform = None
-        if layout.cell_dtype is not None:
-            uniform = float_block if layout.floats[0] else block
-        return ColumnInfos(layout, values, count, uniform)
+        return ColumnInfos(layout, values, count)
 
     # ------------------------------------------------------------------ worker side
 
