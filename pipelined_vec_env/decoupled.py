@@ -29,6 +29,7 @@ from .infos import merge_info
 from .observations import ObservationStore
 from .pool import InFlight, WorkerPool
 from .protocol import Answer, Command, Crashed, Ok
+from .slots import SlotRead
 from .waiting import deadline_after, remaining
 
 __all__ = ["DecoupledState"]
@@ -269,7 +270,8 @@ class DecoupledState:
         if not isinstance(answer, Ok):
             env.stages[w.stage].fail(w, describe_failure(w, answer))
             raise_worker_error(w, answer)
-        self._unpack(ids, answer.payload)
+        payload = answer.payload
+        self._unpack(ids, payload.read() if type(payload) is SlotRead else payload)
 
     def _drop(self, w: Any) -> list[int]:
         """Forget every command of ``w`` still in flight (its process is gone or about to

@@ -57,7 +57,9 @@ __all__ = [
     "WAKE_STEP_TIMED",
     "ColumnInfos",
     "InfoLayout",
+    "SlotRead",
     "StepSlot",
+    "read_step",
     "merge_columns",
     "recv_frame",
     "send_short",
@@ -367,24 +369,115 @@ def merge_columns(parts: list[tuple[int, ColumnInfos]], num_envs: int) -> dict[s
         covered = covered + columns.n if lo == covered else -1
     if covered == num_envs:  # every env answered: one join, every mask set
         values = np.concatenate([columns.block for _, columns in parts], axis=1)
-        masks = np.ones(shape, dtype=np.bool_)
-    else:
-        values = np.zeros(shape, dtype=layout.cell_dtype)
-        masks = np.zeros(shape, dtype=np.bool_)
-        for lo, columns in parts:
-            hi = lo + columns.n
-            values[:, lo:hi] = columns.block
-            masks[:, lo:hi] = True
+        return _batched(layout, values, _all_set(shape))
+    values = np.zeros(shape, dtype=layout.cell_dtype)
+    masks = np.zeros(shape, dtype=np.bool_)
+    for lo, columns in parts:
+        hi = lo + columns.n
+        values[:, lo:hi] = columns.block
+        masks[:, lo:hi] = True
+    return _batched(layout, values, masks)
+
+
+def _batched(layout: InfoLayout, values: np.ndarray, masks: np.ndarray) -> dict[str, Any]:
+    """gymnasium's batched infos from ``values`` (a row per key, in the cells' dtype) and
+    ``masks`` (a row per key)."""
     rows = list(values)
     for c in layout.cast_columns:
         rows[c] = rows[c].astype(layout.casts[c])
     return dict(zip(layout.batch_keys, _interleave(rows, list(masks)), strict=True))
 
 
+_ALL_SET: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _all_set(shape: tuple[int, int]) -> np.ndarray:
+    """A fresh all-True bool array of ``shape`` (a copy of a kept one: ``np.ones`` costs
+    more)."""
+    template = _ALL_SET.get(shape)
+    if template is None:
+        template = _ALL_SET[shape] = np.ones(shape, dtype=np.bool_)
+    return template.copy()
+
+
 def _interleave(a: list, b: list) -> list:
     out = a + b
     out[::2], out[1::2] = a, b
     return out
+
+
+class SlotRead:
+    """A fast step's answer while its results are still in the worker's slot (the
+    payload of its `Ok`): `read` copies them out as `StepSlot.read_results` does, or
+    `read_step` joins the answers of a whole step straight from the slots.
+
+    The slot is written again at the worker's next step: the worker handle calls `keep`
+    before it sends one, which copies the results out unless they were used already.
+
+    Attributes:
+        slot: The worker's slot.
+        count: How many envs the step was for (the slot's first ``count`` rows).
+        message: The answer's message (`DONE_EMPTY`, `DONE_COLUMNS` or the pickled
+            ``(FAST_INFOS, infos, layout)`` tuple).
+    """
+
+    __slots__ = ("_copy", "count", "message", "slot", "used")
+
+    def __init__(self, slot: StepSlot, count: int, message: bytes | tuple) -> None:
+        self.slot, self.count, self.message = slot, count, message
+        self._copy: tuple[Any, ...] | None = None
+        self.used = False  # read straight from the slot by `read_step`
+
+    def read(self) -> tuple[Any, ...]:
+        """The payload ``(None, rewards, terminations, truncations, infos)`` (copies, made
+        once)."""
+        if self._copy is None:
+            self._copy = self.slot.read_results(self.count, self.message)
+        return self._copy
+
+    def in_slot(self) -> bool:
+        """Whether the results are only in the slot (neither copied out nor used)."""
+        return self._copy is None and not self.used
+
+    def keep(self) -> None:
+        """Copy the results out before the slot is written again, unless already used."""
+        if not self.used:
+            self.read()
+
+
+def read_step(
+    reads: list[SlotRead], num_envs: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] | None:
+    """``(rewards, terminations, truncations, infos)`` of ``num_envs`` envs from the
+    answers ``reads`` (each `SlotRead.in_slot`, for all its slot's envs, in env order,
+    covering the ``num_envs``), joined from the slots: one copy per array, infos batched
+    as gymnasium does. None (nothing read) unless every answer's infos are empty, or every
+    one is in the info cells under one layout of one cell kind; `SlotRead.read` then
+    serves them one by one.
+    """
+    message = reads[0].message
+    if type(message) is not bytes or any(r.message != message for r in reads):
+        return None  # a pickled message (bytes never equal one), or several kinds
+    slots = [r.slot for r in reads]
+    if message == DONE_EMPTY:
+        infos: dict[str, Any] = {}
+    elif message == DONE_COLUMNS:
+        layout = slots[0].layout
+        if layout is None or layout.cell_dtype is None:
+            return None
+        if any(s.layout is not layout and s.layout != layout for s in slots):
+            return None
+        k = len(layout.keys)
+        values = np.concatenate([s.cells[:k] for s in slots], axis=1).view(layout.cell_dtype)
+        infos = _batched(layout, values, _all_set((k, num_envs)))
+    else:
+        return None
+    rewards = np.concatenate([s.rewards for s in slots])
+    terminations = np.concatenate([s.terminations for s in slots])
+    truncations = np.concatenate([s.truncations for s in slots])
+    for r in reads:
+        r.used = True
+    return rewards, terminations, truncations, infos
 
 
 def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from .infos import add_env_info
 from .observations import ObservationStore
 from .pool import WorkerPool
 from .protocol import Answer, Command, Ok
-from .slots import ColumnInfos, merge_columns
+from .slots import ColumnInfos, SlotRead, merge_columns, read_step
 from .spinning import hand_over_core
 from .stages import Stage, StageState, check_startable
 from .transport import WorkerTransport
@@ -70,40 +70,28 @@ def _own_arrays(payload: tuple, n: int) -> bool:
 
 
 def _column_results(
-    answered: list[tuple[WorkerTransport, tuple]], start: int, n: int
+    answered: list[tuple[WorkerTransport, Any]], start: int, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]] | None:
     """``(rewards, terminations, truncations, infos)`` of a step whose every worker answered
-    with slot columns (`StepSlot.read_results`), the workers in env order covering the
-    ``n`` envs from ``start``, infos batched; None for any other step (the general path
-    then puts it together env by env, with the same result)."""
-    parts = []
+    through its slot for all its envs (`slots.SlotRead`), the workers in env order covering
+    the ``n`` envs from ``start``, joined straight from the slots (`slots.read_step`);
+    None for any other step (the general path then puts it together env by env, with the
+    same result)."""
+    reads = []
     covered = 0
     for worker, payload in answered:
-        items, _, _, _, columns = payload
         if (
-            items is not None
-            or type(columns) is not ColumnInfos
+            type(payload) is not SlotRead
+            or not payload.in_slot()
+            or payload.count != len(worker.env_indices)
             or worker.env_indices[0] - start != covered
-            or columns.n != len(worker.env_indices)
         ):
             return None
-        parts.append((covered, columns))
-        covered += columns.n
-    if covered != n:
+        reads.append(payload)
+        covered += payload.count
+    if covered != n or not reads:
         return None
-    if all(columns.layout is None for _, columns in parts):
-        infos: dict[str, Any] | None = {}
-    else:
-        infos = merge_columns(parts, n)
-        if infos is None:
-            return None
-    if len(answered) == 1:  # the slot's fresh float64 / bool copies: the call's own
-        _, rewards, terminations, truncations, _ = answered[0][1]
-    else:
-        rewards = np.concatenate([payload[1] for _, payload in answered])
-        terminations = np.concatenate([payload[2] for _, payload in answered])
-        truncations = np.concatenate([payload[3] for _, payload in answered])
-    return rewards, terminations, truncations, infos
+    return read_step(reads, n)
 
 
 def _empty_infos(n: int, info_layout: str) -> Any:
@@ -259,6 +247,8 @@ class StageStepping:
             columns = _column_results(answered, start, n)
             if columns is not None:  # the fast path's answers: no per-env work
                 return (self.observations.batch(envs, copy), *columns)
+        # the general path: each answer's results copied out of its slot first
+        answered = [(w, p.read() if type(p) is SlotRead else p) for w, p in answered]
         infos = _empty_infos(n, info_layout)
         batched = isinstance(infos, dict)
         merged = None  # every answer's infos as slot columns of one layout: merged at once

@@ -26,6 +26,7 @@ from .slots import (
     FAST_INFOS,
     WAKE_STEP,
     WAKE_STEP_TIMED,
+    SlotRead,
     StepSlot,
     recv_frame,
     send_short,
@@ -182,6 +183,8 @@ class WorkerHandle:
         self.release_slot()
         # per expected answer: (_PICKLED or the envs of a fast step, timed, sent at)
         self._awaited: deque[tuple[int, bool, float]] = deque()
+        #: the last fast answer, while its results may still be only in the slot
+        self._in_slot: SlotRead | None = None
         self._received = 0  # answers read since the slot came
         self._latency = SpinGate()  # send-to-answer times of the waits that spun
         self._spun = False  # whether the wait for the next answer spun
@@ -235,9 +238,18 @@ class WorkerHandle:
 
     def release_slot(self) -> None:
         """Unmap and remove the slot (the process is gone or going)."""
+        self._keep_results()
         slot, self.slot = getattr(self, "slot", None), None
         if slot is not None:
             slot.release()
+
+    def _keep_results(self) -> None:
+        """Copy the last fast answer's results out of the slot (before it is written
+        again or released), unless they were used already."""
+        last = getattr(self, "_in_slot", None)
+        if last is not None:
+            last.keep()
+            self._in_slot = None
 
     @property
     def pending(self) -> bool:
@@ -274,6 +286,8 @@ class WorkerHandle:
         crash, so the matching wait reports it (and the other workers of the call stay in
         step with the protocol).
         """
+        if self._in_slot is not None:  # the worker may write the slot again now
+            self._keep_results()
         if not self.dead:
             if self.profiler is not None:  # before the send: the worker may start at once
                 self.profiler.command_sent(self.index, command)
@@ -380,9 +394,9 @@ class WorkerHandle:
                         slot.layout = message[2]
                 else:
                     self.wire.fast_answers += 1
-                answer: Answer = Ok(
-                    slot.read_results(kind, message), slot.times() if timed else None
-                )
+                # the results stay in the slot until used, or kept at the next send
+                self._in_slot = SlotRead(slot, kind, message)
+                answer: Answer = Ok(self._in_slot, slot.times() if timed else None)
             else:
                 answer = from_wire(message)
         else:
