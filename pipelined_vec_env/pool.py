@@ -371,10 +371,14 @@ class WorkerPool:
     ) -> tuple[list[tuple[Any, InFlight]], bool]:
         """`poll_or_wake` on ``busy`` (each with a command in flight)."""
         woken = False
-        if not any(w.answer is not None or (w.dead and not w.pending) for w in busy):
+        for w in busy:
+            if w.answer is not None or (w.dead and not w.pending):
+                # an answer (or a crash) is here already: do not block
+                if wake_fd is not None:
+                    woken = bool(poll_fds([wake_fd], 0))
+                break
+        else:
             woken = self.backend.receive_ready(busy, self._wait_before(busy, timeout), wake_fd)
-        elif wake_fd is not None:  # an answer is here already: do not block
-            woken = bool(poll_fds([wake_fd], 0))
         done = []
         now = time.monotonic()
         for w in busy:

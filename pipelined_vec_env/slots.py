@@ -456,17 +456,22 @@ def read_step(
     serves them one by one.
     """
     message = reads[0].message
-    if type(message) is not bytes or any(r.message != message for r in reads):
-        return None  # a pickled message (bytes never equal one), or several kinds
-    slots = [r.slot for r in reads]
+    if type(message) is not bytes:
+        return None  # a pickled message
+    slots = []
+    for r in reads:
+        if r.message != message:  # several kinds (bytes never equal a pickled tuple)
+            return None
+        slots.append(r.slot)
     if message == DONE_EMPTY:
         infos: dict[str, Any] = {}
     elif message == DONE_COLUMNS:
         layout = slots[0].layout
         if layout is None or layout.cell_dtype is None:
             return None
-        if any(s.layout is not layout and s.layout != layout for s in slots):
-            return None
+        for s in slots:
+            if s.layout is not layout and s.layout != layout:
+                return None
         k = len(layout.keys)
         values = np.concatenate([s.cells[:k] for s in slots], axis=1).view(layout.cell_dtype)
         infos = _batched(layout, values, _all_set((k, num_envs)))

@@ -14,6 +14,8 @@ from multiprocessing.connection import wait
 
 __all__ = ["deadline_after", "poll_fds", "remaining"]
 
+_HAS_POLL = hasattr(select, "poll")
+
 
 def poll_fds(fds: list[int], timeout: float | None) -> list[int]:
     """Return those of ``fds`` readable within ``timeout`` seconds (None: no limit).
@@ -21,7 +23,7 @@ def poll_fds(fds: list[int], timeout: float | None) -> list[int]:
     ``select.poll`` where the platform has it (cheaper per call than building a selector),
     else `multiprocessing.connection.wait`.
     """
-    if hasattr(select, "poll"):
+    if _HAS_POLL:
         poller = select.poll()
         for fd in fds:
             poller.register(fd, select.POLLIN)
