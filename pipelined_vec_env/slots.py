@@ -237,15 +237,23 @@ class InfoLayout:
 
     def fits(self, infos: list[list[dict]]) -> bool:
         """Whether every env returned one info dict with exactly these keys and types."""
+        return self.rows(infos) is not None
+
+    def rows(self, infos: list[list[dict]]) -> list[tuple] | None:
+        """Each env's info values in key order, if ``infos`` fit the layout (`fits`),
+        else None."""
         keys, types = self.keys, self.types
+        rows = []
         for env_infos in infos:
             if len(env_infos) != 1:
-                return False
+                return None
             info = env_infos[0]
+            values = tuple(info.values())
             # exact types: a subclass (np.bool_ is no bool) does not fit
-            if tuple(info) != keys or tuple(map(type, info.values())) != types:
-                return False
-        return True
+            if tuple(info) != keys or tuple(map(type, values)) != types:
+                return None
+            rows.append(values)
+        return rows
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return InfoLayout, (self.keys, self.types)
@@ -694,22 +702,22 @@ class StepSlot:
         """Write ``infos`` into the info cells under `layout`; False when they do not fit
         it (nothing to trust in the cells then)."""
         layout = self.layout
-        if layout is None or not layout.fits(infos):
+        if layout is None:
             return False
-        floats = layout.floats
-        if all(floats) or not any(floats):  # one kind of cell: one 2-D store of every value
-            cells = self.float_cells if floats[0] else self.cells
-            try:  # fits: each info's values are in the layout's key order
-                cells[: len(floats), : len(infos)].T[:] = [
-                    tuple(env_infos[0].values()) for env_infos in infos
-                ]
+        rows = layout.rows(infos)
+        if rows is None:
+            return False
+        if layout.cell_dtype is not None:  # one kind of cell: one 2-D store of every value
+            cells = self.float_cells if layout.floats[0] else self.cells
+            try:
+                cells[: len(layout.keys), : len(infos)].T[:] = rows
             except OverflowError:  # an int beyond int64
                 return False
             return True
         for c, t in enumerate(layout.types):
             cells = self.float_cells if _CELL_TYPES[t] == "f" else self.cells
             try:
-                cells[c, : len(infos)] = [env_infos[0][layout.keys[c]] for env_infos in infos]
+                cells[c, : len(infos)] = [row[c] for row in rows]
             except OverflowError:  # an int beyond int64
                 return False
         return True
