@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import cloudpickle
@@ -38,7 +39,7 @@ import cloudpickle
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
-from .spinning import can_spin
+from .spinning import TAIL_SPIN_SECONDS, SpinGate, can_spin, spin_until
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import NicedEnvFn
@@ -67,6 +68,23 @@ class InFlight:
     command: Command
     env_ids: tuple[int, ...]
     sent_at: float
+
+
+def _slotted(handles: list[Any]) -> bool:
+    """Whether every one of ``handles`` (process workers) has a slot (its answers are
+    counted there)."""
+    for h in handles:
+        if h.slot is None:
+            return False
+    return True
+
+
+def _any_written(handles: list[Any]) -> bool:
+    """Whether any of ``handles`` (process workers with slots) has written an answer."""
+    for h in handles:
+        if h.answer_waiting():
+            return True
+    return False
 
 
 def resolve_affinity(
@@ -155,7 +173,9 @@ class WorkerPool:
         backend: Their backend's waits on several workers (`transport.WorkerBackend`).
         context: The ``multiprocessing`` context (None with Ray).
         workers_spin: Whether the workers spin for their next step, yielding their cores
-            (`WorkerHandle.worker_spin`): each can have a core of its own.
+            (`WorkerHandle.worker_spin`): each can have a core of its own. The caller's
+            `wait` then spins too, yielding its core, for the last answers of a call once
+            the first came (`TAIL_SPIN_SECONDS`).
     """
 
     def __init__(
@@ -171,6 +191,8 @@ class WorkerPool:
         self.max_restarts = max_restarts
         self.profiler = profiler
         self.workers_spin = False
+        # the caller's spun waits for a call's last answers (`wait`)
+        self._tail = SpinGate(TAIL_SPIN_SECONDS)
         self.handles: list[WorkerTransport] = []
         self.backend: WorkerBackend = ProcessBackend()
         self.context: Any = None
@@ -444,15 +466,36 @@ class WorkerPool:
         Answers received before a timeout stay in the pool, so a later wait picks up
         where this one stopped.
 
+        Where the workers spin (`workers_spin`), the wait for the answers still missing
+        once some came spins first, yielding the core at each look, for at most
+        `TAIL_SPIN_SECONDS` while such spins have found them in time (a `SpinGate`): the
+        answers of a call come close together, and a caller asleep in the kernel then
+        pays a wake-up for the last one (tens of microseconds on a VM). A spin that
+        misses falls back to the bounded poll, which notices a dead worker.
+
         Raises:
             WaitTimeoutError: Some answers did not arrive within ``timeout`` seconds.
         """
         deadline = deadline_after(timeout)
         queues = self._queues
         busy = [w for w in workers if queues[w.index]]
+        tail = False  # some answers of this call came: spin for the rest
         while busy:
+            spun = tail and self.workers_spin and _slotted(busy) and self._tail.allows()
+            if spun:
+                started = time.perf_counter()
+                for w in busy:
+                    w.wire.spins += 1
+                if spin_until(partial(_any_written, busy), TAIL_SPIN_SECONDS, yield_core=True):
+                    for w in busy:
+                        if w.answer_waiting():
+                            w.wire.spin_hits += 1
             self._collect(busy, remaining(deadline), None)
-            busy = [w for w in busy if queues[w.index]]
+            if spun:
+                self._tail.record(time.perf_counter() - started)
+            left = [w for w in busy if queues[w.index]]
+            tail = len(left) < len(busy)
+            busy = left
             if busy and deadline is not None and remaining(deadline) == 0:
                 waiting = [w.index for w in busy]
                 raise WaitTimeoutError(

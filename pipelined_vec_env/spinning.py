@@ -49,6 +49,9 @@ SPIN_SECONDS = 50e-6
 #: ``yield_core``), either side's; its `SpinGate` keeps it spinning only while its recent
 #: spun waits were shorter than this.
 YIELD_SPIN_SECONDS = 500e-6
+#: Longest spin (seconds) of the caller for the last answers of a call once the first came
+#: (`WorkerPool.wait`, where the workers spin), yielding its core at each look.
+TAIL_SPIN_SECONDS = 300e-6
 #: Waits a closed `SpinGate` lets pass before it spins once to probe again.
 PROBE_FIRST = 16
 #: The most waits between two probes (the interval doubles after each probe that missed).

@@ -493,12 +493,6 @@ class ProcessBackend:
         waiting = [h for h in handles if h.pending and h.answer is None]
         if not waiting and wake_fd is None:
             return False
-        if wake_fd is None:
-            written = [h for h in waiting if h.answer_waiting()]
-            if written:  # the slots say these answers are in the pipes: no poll needed
-                for h in written:
-                    h.receive()
-                return False
         if (
             waiting
             and wake_fd is None
@@ -524,6 +518,12 @@ class ProcessBackend:
                 return False
             if timeout is not None:
                 timeout = max(0.0, timeout - (time.perf_counter() - started))
+        if wake_fd is None:
+            written = [h for h in waiting if h.answer_waiting()]
+            if written:  # the slots say these answers are in the pipes: no poll needed
+                for h in written:
+                    h.receive()
+                return False
         by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
         for h in waiting:
             by_fd[h.fd] = (h, True)

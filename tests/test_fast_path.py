@@ -410,6 +410,54 @@ def test_quick_steps_reach_a_spinning_worker_without_a_pipe_write(make_pipelined
     assert worker.wire.wakeless_steps > 0  # the worker spun for some of them
 
 
+class SlowerWireEnv(WireEnv):
+    """`WireEnv` whose step also keeps the CPU busy for ``busy_us`` microseconds."""
+
+    def __init__(self, *args: Any, busy_us: float) -> None:
+        super().__init__(*args)
+        self.busy_us = busy_us
+
+    def step(self, action):
+        end = time.perf_counter() + self.busy_us * 1e-6
+        while time.perf_counter() < end:
+            pass
+        return super().step(action)
+
+
+def test_the_callers_wait_spins_for_the_last_answers_of_a_step(make_pipelined):
+    """Two workers (one of them 60 us slower per step), each with a core
+    (`spinning.can_spin`): once the first answer of a step came, the caller spins for the
+    other (`WorkerPool.wait`) and finds it without sleeping; every result is still
+    exactly SyncVectorEnv's.
+
+    The steps are the stage's (``step_async(actions, 0)``): a whole-env step hands the
+    caller's core over to the worker that shares it, and the caller may then come back
+    only when both answered."""
+    if not spinning.can_spin(2):
+        pytest.skip("needs a core for each of two workers and x86-64's store order")
+    fns = [
+        partial(SlowerWireEnv, i, LENGTHS[i], "box", "floats", busy_us=60.0 * (i >= 2))
+        for i in range(NUM_ENVS)
+    ]
+    envs = make_pipelined(fns, envs_per_worker=2, num_stages=1)
+    assert all(w.worker_spin for w in workers(envs))
+    rng = np.random.default_rng(4)
+    batches = [draw(envs.single_action_space, rng) for _ in range(300)]
+    got = [envs.reset(seed=3)]
+    for actions in batches:
+        envs.step_async(actions, 0)
+        got.append(copy.deepcopy(envs.step_wait(0)))
+    ref = gym.vector.SyncVectorEnv(fns)
+    try:
+        assert_tree_equal(got[0], ref.reset(seed=3))
+        for result, actions in zip(got[1:], batches, strict=True):
+            assert_same_step(result, ref.step(actions))
+    finally:
+        ref.close()
+    slower = workers(envs)[1]
+    assert slower.wire.spins > 0 and slower.wire.spin_hits > 0
+
+
 def _readable(fd: int):
     poller = select.poll()
     poller.register(fd, select.POLLIN)
