@@ -152,6 +152,18 @@ def assert_same_step(got: tuple, want: tuple) -> None:
             assert got[4][key].dtype == value.dtype, key
 
 
+def assert_steps_match_sync(fns: list, got: list, batches: list, seed: int) -> None:
+    """``got`` (a reset with ``seed``, then one step per batch of ``batches``) equals
+    what SyncVectorEnv of ``fns`` returns for the same calls."""
+    ref = gym.vector.SyncVectorEnv(fns)
+    try:
+        assert_tree_equal(got[0], ref.reset(seed=seed))
+        for result, actions in zip(got[1:], batches, strict=True):
+            assert_same_step(result, ref.step(actions))
+    finally:
+        ref.close()
+
+
 def run_against_sync(make_pipelined, fns: list, steps: int = 16, **kwargs: Any) -> Any:
     """Step ours with the fast path, ours pickled and SyncVectorEnv on the same actions;
     every result must be equal. Returns the fast-path env."""
@@ -399,13 +411,7 @@ def test_quick_steps_reach_a_spinning_worker_without_a_pipe_write(make_pipelined
     batches = [draw(envs.single_action_space, rng) for _ in range(500)]
     got = [envs.reset(seed=3)]
     got += [copy.deepcopy(envs.step(actions)) for actions in batches]
-    ref = gym.vector.SyncVectorEnv(fns)
-    try:
-        assert_tree_equal(got[0], ref.reset(seed=3))
-        for result, actions in zip(got[1:], batches, strict=True):
-            assert_same_step(result, ref.step(actions))
-    finally:
-        ref.close()
+    assert_steps_match_sync(fns, got, batches, seed=3)
     assert worker.wire.fast_steps == len(batches)
     assert worker.wire.wakeless_steps > 0  # the worker spun for some of them
 
@@ -447,13 +453,7 @@ def test_the_callers_wait_spins_for_the_last_answers_of_a_step(make_pipelined):
     for actions in batches:
         envs.step_async(actions, 0)
         got.append(copy.deepcopy(envs.step_wait(0)))
-    ref = gym.vector.SyncVectorEnv(fns)
-    try:
-        assert_tree_equal(got[0], ref.reset(seed=3))
-        for result, actions in zip(got[1:], batches, strict=True):
-            assert_same_step(result, ref.step(actions))
-    finally:
-        ref.close()
+    assert_steps_match_sync(fns, got, batches, seed=3)
     slower = workers(envs)[1]
     assert slower.wire.spins > 0 and slower.wire.spin_hits > 0
 
