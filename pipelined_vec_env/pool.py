@@ -486,7 +486,10 @@ class WorkerPool:
                 started = time.perf_counter()
                 for w in busy:
                     w.wire.spins += 1
-                if spin_until(partial(_any_written, busy), TAIL_SPIN_SECONDS, yield_core=True):
+                budget = TAIL_SPIN_SECONDS
+                if deadline is not None:  # never past the caller's timeout
+                    budget = min(budget, remaining(deadline) or 0.0)
+                if spin_until(partial(_any_written, busy), budget, yield_core=True):
                     for w in busy:
                         if w.answer_waiting():
                             w.wire.spin_hits += 1
