@@ -31,7 +31,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import cloudpickle
@@ -39,7 +38,7 @@ import cloudpickle
 from .errors import WaitTimeoutError, WorkerCrashedError
 from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
-from .spinning import TAIL_SPIN_SECONDS, SpinGate, can_spin, spin_until
+from .spinning import TAIL_SPIN_SECONDS, SpinGate, can_spin
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import NicedEnvFn
@@ -68,23 +67,6 @@ class InFlight:
     command: Command
     env_ids: tuple[int, ...]
     sent_at: float
-
-
-def _slotted(handles: list[Any]) -> bool:
-    """Whether every one of ``handles`` (process workers) has a slot (its answers are
-    counted there)."""
-    for h in handles:
-        if h.slot is None:
-            return False
-    return True
-
-
-def _any_written(handles: list[Any]) -> bool:
-    """Whether any of ``handles`` (process workers with slots) has written an answer."""
-    for h in handles:
-        if h.answer_waiting():
-            return True
-    return False
 
 
 def resolve_affinity(
@@ -481,18 +463,13 @@ class WorkerPool:
         busy = [w for w in workers if queues[w.index]]
         tail = False  # some answers of this call came: spin for the rest
         while busy:
-            spun = tail and self.workers_spin and _slotted(busy) and self._tail.allows()
+            spun = tail and self.workers_spin and self._tail.allows()
             if spun:
                 started = time.perf_counter()
-                for w in busy:
-                    w.wire.spins += 1
                 budget = TAIL_SPIN_SECONDS
                 if deadline is not None:  # never past the caller's timeout
                     budget = min(budget, remaining(deadline) or 0.0)
-                if spin_until(partial(_any_written, busy), budget, yield_core=True):
-                    for w in busy:
-                        if w.answer_waiting():
-                            w.wire.spin_hits += 1
+                self.backend.spin_for_answers(busy, budget)
             self._collect(busy, remaining(deadline), None)
             if spun:
                 self._tail.record(time.perf_counter() - started)

@@ -438,6 +438,10 @@ class RayBackend:
                 return woken
 
     @staticmethod
+    def spin_for_answers(handles: Sequence[RayWorkerHandle], seconds: float) -> None:
+        """Returns at once: an actor's answer is seen only through ``ray.wait``."""
+
+    @staticmethod
     def find_dead(handles: Sequence[RayWorkerHandle], timeout: float = 10.0) -> None:
         """One ``pid`` call per live actor, awaited together (at most ``timeout``
         seconds); an actor whose call fails as dead is marked dead. An actor that does

@@ -87,6 +87,11 @@ class WorkerBackend(Protocol):
             Whether ``wake_fd`` was readable (False when it is None).
         """
 
+    def spin_for_answers(self, handles: Sequence[Any], seconds: float) -> None:
+        """Spin, yielding the core, until one of ``handles`` has an answer ready to read
+        without blocking, at most ``seconds`` (a backend that cannot tell returns at
+        once). Nothing is read: `receive_ready` reads it."""
+
     def find_dead(self, handles: Sequence[Any], timeout: float = 10.0) -> None:
         """Mark dead (``dead = True``) those of ``handles`` that died while idle, asking
         at most ``timeout`` seconds."""

@@ -18,6 +18,7 @@ import time
 import types
 from collections import deque
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .main_module import main_reference
@@ -507,7 +508,7 @@ class ProcessBackend:
                 h.wire.spins += 1
                 h._spun = True
             if spin_until(
-                lambda: any(h.answer_waiting() for h in waiting),
+                partial(_any_written, waiting),
                 budget,
                 alive=lambda: all(h.process.is_alive() for h in waiting),
             ):
@@ -541,6 +542,22 @@ class ProcessBackend:
             else:  # sentinel ready and nothing to read: the process is gone
                 h.found_dead()
         return wake_fd is not None and wake_fd in ready_fds
+
+    @staticmethod
+    def spin_for_answers(handles: Sequence[WorkerHandle], seconds: float) -> None:
+        """Spin on the slots' answer counters, yielding the core at each look, until one
+        of ``handles`` has written an answer, at most ``seconds`` (at once where one has
+        no slot); counted in each handle's ``wire.spins`` and, for the answers it saw,
+        ``wire.spin_hits``. A dead worker is noticed by the `receive_ready` that
+        follows (its sentinel)."""
+        if not all(h.slot is not None for h in handles):
+            return
+        for h in handles:
+            h.wire.spins += 1
+        if spin_until(partial(_any_written, handles), seconds, yield_core=True):
+            for h in handles:
+                if h.answer_waiting():
+                    h.wire.spin_hits += 1
 
     @staticmethod
     def find_dead(handles: Sequence[WorkerHandle], timeout: float = 10.0) -> None:
@@ -596,6 +613,14 @@ class ProcessBackend:
                 h.process.close()
             except ValueError:
                 logger.warning("worker %d could not be reaped", h.index)
+
+
+def _any_written(handles: Sequence[WorkerHandle]) -> bool:
+    """Whether any of ``handles`` (with slots) has written an answer not read yet."""
+    for h in handles:
+        if h.answer_waiting():
+            return True
+    return False
 
 
 def _is_alive(h: WorkerHandle) -> bool:
