@@ -60,7 +60,6 @@ __all__ = [
     "SlotRead",
     "StepSlot",
     "read_step",
-    "merge_columns",
     "recv_frame",
     "send_short",
 ]
@@ -352,39 +351,6 @@ class ColumnInfos:
                 mask = infos[mask_key] = np.zeros(num_envs, dtype=np.bool_)
             mask[lo:hi] = True
         return infos
-
-
-def merge_columns(parts: list[tuple[int, ColumnInfos]], num_envs: int) -> dict[str, Any] | None:
-    """The batched infos of ``num_envs`` envs from the column infos of every worker that
-    answered (``(lo, columns)``: its envs at positions ``lo, lo + 1, ...``), or None unless
-    they share one layout whose cells are of one kind (all float64 or all int64).
-
-    The same dict as `ColumnInfos.merge_into` part after part into ``{}`` (keys in
-    gymnasium's order, an array of the key's dtype and a ``_key`` mask each), built with
-    one 2-D store per part for the values and one for the masks: each key's mask, and its
-    array where the key's dtype is the cells' (else a cast of that row), are rows of one
-    ``(keys, num_envs)`` array.
-    """
-    layout = parts[0][1].layout if parts else None
-    if layout is None or layout.cell_dtype is None:
-        return None
-    for _, columns in parts:
-        if columns.block is None or not (columns.layout is layout or columns.layout == layout):
-            return None
-    shape = (len(layout.keys), num_envs)
-    covered = 0  # the parts in env order, each after the last: they cover [0, covered)
-    for lo, columns in parts:
-        covered = covered + columns.n if lo == covered else -1
-    if covered == num_envs:  # every env answered: one join, every mask set
-        values = np.concatenate([columns.block for _, columns in parts], axis=1)
-        return _batched(layout, values, _all_set(shape))
-    values = np.zeros(shape, dtype=layout.cell_dtype)
-    masks = np.zeros(shape, dtype=np.bool_)
-    for lo, columns in parts:
-        hi = lo + columns.n
-        values[:, lo:hi] = columns.block
-        masks[:, lo:hi] = True
-    return _batched(layout, values, masks)
 
 
 def _batched(layout: InfoLayout, values: np.ndarray, masks: np.ndarray) -> dict[str, Any]:

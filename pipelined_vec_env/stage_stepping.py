@@ -26,7 +26,7 @@ from .infos import add_env_info
 from .observations import ObservationStore
 from .pool import WorkerPool
 from .protocol import Answer, Command, Ok
-from .slots import ColumnInfos, SlotRead, merge_columns, read_step
+from .slots import ColumnInfos, SlotRead, read_step
 from .spinning import hand_over_core
 from .stages import Stage, StageState, check_startable
 from .transport import WorkerTransport
@@ -251,11 +251,6 @@ class StageStepping:
         answered = [(w, p.read() if type(p) is SlotRead else p) for w, p in answered]
         infos = _empty_infos(n, info_layout)
         batched = isinstance(infos, dict)
-        merged = None  # every answer's infos as slot columns of one layout: merged at once
-        if batched and all(r[0] is None and isinstance(r[4], ColumnInfos) for _, r in answered):
-            merged = merge_columns([(w.env_indices[0] - start, r[4]) for w, r in answered], n)
-            if merged is not None:
-                infos = merged
         if len(answered) == 1 and _own_arrays(answered[0][1], n):
             # one worker answered for every env with fresh float64/bool arrays (its
             # slot's copies): they are the call's (nobody else holds them)
@@ -272,8 +267,7 @@ class StageStepping:
                 hi = lo + len(worker.env_indices)
                 rewards[lo:hi], terminations[lo:hi], truncations[lo:hi] = rew, term, trunc
             if items is None and batched and isinstance(env_infos, ColumnInfos):
-                if merged is None:
-                    infos = env_infos.merge_into(infos, lo, n)  # the fast path's info columns
+                infos = env_infos.merge_into(infos, lo, n)  # the fast path's info columns
                 continue
             for k, g in enumerate(worker.env_indices):
                 if items is not None:

@@ -287,10 +287,8 @@ class WorkerHandle:
         crash, so the matching wait reports it (and the other workers of the call stay in
         step with the protocol).
         """
-        last = self._in_slot
-        if last is not None:  # the worker may write the slot again now
-            last.keep()
-            self._in_slot = None
+        if self._in_slot is not None:  # the worker may write the slot again now
+            self._keep_results()
         if not self.dead:
             if self.profiler is not None:  # before the send: the worker may start at once
                 self.profiler.command_sent(self.index, command)
