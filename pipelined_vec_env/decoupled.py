@@ -296,7 +296,7 @@ class DecoupledState:
         mine = set(w.env_indices)
         # results already here keep their observations: the fresh reset overwrites the rows
         kept = {e[0]: store.single(e[0]) for e in self.ready if store.shared and e[0] in mine}
-        answer = self.pool.rebuild(w, failure, "step")
+        answer = self.pool.rebuild([(w, failure, "step")])[w.index]
         if not answer.ok:
             env.stages[w.stage].fail(w, describe_failure(w, answer))
             raise_worker_error(w, answer)

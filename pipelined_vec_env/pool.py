@@ -7,9 +7,9 @@ clock (each command's own send time) crash detection (the backend's wait, see
 `transport.WorkerBackend`) and the ``step_deadline`` kill of a worker whose
 ``step``/``reset`` overran. Stage stepping (`stage_stepping.py`) sends
 through it and waits until its workers' queues are empty (`WorkerPool.wait`); the restart
-policy (`WorkerPool.rebuild`: a fresh process and a reset of all its envs, retried within
-``max_restarts``) and the rebuild of dead workers before a reset
-(`WorkerPool.revive_dead`) live here too. What a restart means to the caller (a
+policy (`WorkerPool.rebuild`: fresh processes and a reset of all their envs, the failed
+workers of a call together, retried within ``max_restarts``) and the rebuild of dead
+workers before a reset (`WorkerPool.revive_dead`) live here too. What a restart means to the caller (a
 truncated step) is the stepping mode's business, not the pool's.
 
 The wire of one worker is its handle, through the small `transport.WorkerTransport`
@@ -277,12 +277,13 @@ class WorkerPool:
                 raise_worker_error(h, answer)
         return [answers[h.index].description for h in self.handles]
 
-    def _wait_started(self, workers: Sequence[Any]) -> dict[int, Answer]:
+    def _wait_started(self, workers: Sequence[Any], every: bool = False) -> dict[int, Answer]:
         """Wait for the start-up answers of freshly started ``workers``, each at most
         ``start_timeout`` from its own start (process start or Ray actor creation, env
         construction, the `Ready` answer); a worker past it is killed and answers
-        `TimedOut`. Returns once every worker answered, or as soon as one failed (the
-        caller then stops them all). Returns the answers received, by worker index."""
+        `TimedOut`. Returns once every worker answered, or (unless ``every``) as soon as
+        one failed (the caller then stops them all). Returns the answers received, by
+        worker index."""
         now = time.monotonic()
         for w in workers:
             w.deadline_exceeded = False
@@ -299,7 +300,7 @@ class WorkerPool:
                     )
                     w.deadline_exceeded = False
                 answers[w.index] = answer
-            if any(not a.ok for a in answers.values()):
+            if not every and any(not a.ok for a in answers.values()):
                 break
         return answers
 
@@ -494,90 +495,119 @@ class WorkerPool:
         """Mark dead those of ``workers`` that died while idle (nothing waited on them)."""
         self.backend.find_dead(workers)
 
-    def start_fresh(self, w: Any, counted: bool) -> Answer | None:
-        """Replace worker ``w``'s process with a fresh one (its commands in flight are
-        lost), wait for its start-up (at most ``start_timeout``) and attach it to the
-        observations; return its failure answer, or None.
+    def start_fresh(self, workers: Sequence[Any], counted: bool) -> dict[int, Answer | None]:
+        """Replace the processes of ``workers`` with fresh ones (their commands in flight
+        are lost): every one is started before any is waited for, so their start-ups
+        (env construction: seconds for a LIBERO env) overlap. Wait for them together (each
+        at most ``start_timeout``) and attach those that started to the observations.
 
         Args:
-            counted: Count it in ``w.restarts`` (the ``max_restarts`` budget).
-        """
-        self._queues[w.index].clear()
-        self._answers.pop(w.index, None)
-        w.restart(counted=counted)
-        ready = self._wait_started([w])[w.index]
-        if not isinstance(ready, Ready):
-            return ready
-        if self._attach is not None:
-            self.send(w, Command.ATTACH, self._attach)
-        return None
-
-    def rebuild(self, w: Any, failure: Answer, op: str) -> Answer:
-        """Rebuild worker ``w`` after ``failure`` (the answer to its ``op``): a fresh
-        process and a reset of all its envs, again while that fails and ``max_restarts``
-        allows (each try counts).
-
-        The start is bounded by ``start_timeout`` and the reset by ``step_deadline``, so a
-        rebuild never hangs.
+            counted: Count each in ``w.restarts`` (the ``max_restarts`` budget).
 
         Returns:
-            The reset's `Ok` (``(items, infos)``, every env's info marked
+            Per worker index, its failure answer, or None where it started.
+        """
+        for w in workers:
+            self._queues[w.index].clear()
+            self._answers.pop(w.index, None)
+            w.restart(counted=counted)
+        started = self._wait_started(workers, every=True)
+        failures: dict[int, Answer | None] = {}
+        for w in workers:
+            ready = started[w.index]
+            if isinstance(ready, Ready):
+                if self._attach is not None:
+                    self.send(w, Command.ATTACH, self._attach)
+                failures[w.index] = None
+            else:
+                failures[w.index] = ready
+        return failures
+
+    def rebuild(self, failures: Sequence[tuple[Any, Answer, str]]) -> dict[int, Answer]:
+        """Rebuild the workers of ``failures`` (``(worker, its failure answer, the
+        op that failed)``): fresh processes and a reset of all their envs, again while
+        that fails and ``max_restarts`` allows (each try counts). All of them restart
+        together (`start_fresh`) and reset together, so several workers that failed in
+        one call are back after one start-up, not one after another.
+
+        Each start is bounded by ``start_timeout`` and each reset by ``step_deadline``,
+        so a rebuild never hangs.
+
+        Returns:
+            Per worker index, the reset's `Ok` (``(items, infos)``, every env's info marked
             ``worker_restarted``) or the last failure.
         """
-        while True:
-            if w.deadline_exceeded:
-                why = f"step_deadline={self.step_deadline} s exceeded"
-            elif isinstance(failure, Raised):
-                why = f"{failure.type_name}: {failure.message}"
-            elif isinstance(failure, TimedOut):
-                why = failure.message
-            else:
-                assert isinstance(failure, Crashed), failure
-                why = f"exit code {failure.exitcode}"
-            logger.warning(
-                "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
-                w.index,
-                list(w.env_indices),
-                op,
-                why,
-                w.restarts + 1,
-                self.max_restarts,
-            )
-            if isinstance(failure, Raised):
-                logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
-            answer = self.start_fresh(w, counted=True)
-            if answer is None:
+        done: dict[int, Answer] = {}
+        pending = list(failures)
+        while pending:
+            for w, failure, op in pending:
+                self._log_restart(w, failure, op)
+            workers = [w for w, _, _ in pending]
+            failed = self.start_fresh(workers, counted=True)
+            started = [w for w in workers if failed[w.index] is None]
+            for w in started:
                 resets = [(k, None, None) for k in range(len(w.env_indices))]
                 self.send(w, Command.RESET, resets, w.env_indices)
-                self.wait([w], None)
-                answer = self.take(w)
+            self.wait(started, None)
+            retry = []
+            for w in workers:
+                answer = failed[w.index]
+                if answer is None:
+                    answer = self.take(w)
                 assert answer is not None
-            if answer.ok:
-                break
-            if w.restarts >= self.max_restarts:
-                return answer
-            failure, op = answer, "rebuild"
-        items, reset_infos = answer.payload
-        for k in range(len(w.env_indices)):
-            reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
-        return answer
+                if answer.ok:
+                    items, reset_infos = answer.payload
+                    for k in range(len(w.env_indices)):
+                        reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
+                    done[w.index] = answer
+                elif w.restarts >= self.max_restarts:
+                    done[w.index] = answer
+                else:
+                    retry.append((w, answer, "rebuild"))
+            pending = retry
+        return done
+
+    def _log_restart(self, w: Any, failure: Answer, op: str) -> None:
+        """Log why worker ``w`` restarts (``failure``, the answer to its ``op``)."""
+        if w.deadline_exceeded:
+            why = f"step_deadline={self.step_deadline} s exceeded"
+        elif isinstance(failure, Raised):
+            why = f"{failure.type_name}: {failure.message}"
+        elif isinstance(failure, TimedOut):
+            why = failure.message
+        else:
+            assert isinstance(failure, Crashed), failure
+            why = f"exit code {failure.exitcode}"
+        logger.warning(
+            "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
+            w.index,
+            list(w.env_indices),
+            op,
+            why,
+            w.restarts + 1,
+            self.max_restarts,
+        )
+        if isinstance(failure, Raised):
+            logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
 
     def revive_dead(self, workers: Sequence[Any], reset_envs: set[int]) -> None:
         """Rebuild those of ``workers`` found dead, before a reset of ``reset_envs``.
 
         A reset starts every episode over, so a fresh process can take the dead one's
         place; such a rebuild does not count against ``max_restarts``. It needs the reset
-        to cover all the worker's envs. A worker that died while idle (nothing noticed it
-        yet) is found here too, so the reset does not fail on it.
+        to cover all the worker's envs (checked for every dead worker before any is
+        rebuilt). A worker that died while idle (nothing noticed it yet) is found here
+        too, so the reset does not fail on it. The dead workers restart together
+        (`start_fresh`).
 
         Raises:
             WorkerCrashedError: The reset leaves out some of a dead worker's envs.
-            The env's exception / WorkerCrashedError: The rebuilt worker failed to start.
+            The env's exception / WorkerCrashedError: A rebuilt worker failed to start
+                (the first, in worker order).
         """
         self.find_dead(workers)
-        for w in workers:
-            if not w.dead:
-                continue
+        dead = [w for w in workers if w.dead]
+        for w in dead:
             if not set(w.env_indices) <= reset_envs:
                 raise WorkerCrashedError(
                     w.index,
@@ -585,15 +615,20 @@ class WorkerPool:
                     w.exitcode,
                     "a dead worker is rebuilt only by a reset that includes all its envs",
                 )
+        for w in dead:
             logger.warning(
                 "rebuilding dead worker %d (envs %s, exit code %s) for the reset",
                 w.index,
                 list(w.env_indices),
                 w.exitcode,
             )
-            failed = self.start_fresh(w, counted=False)
-            if failed is not None:
-                raise_worker_error(w, failed)
+        if not dead:
+            return
+        failed = self.start_fresh(dead, counted=False)
+        for w in dead:
+            answer = failed[w.index]
+            if answer is not None:
+                raise_worker_error(w, answer)
 
     # ------------------------------------------------------------------ stop
 

@@ -368,11 +368,16 @@ class StageStepping:
         self.pool.wait(workers, timeout)
         answers = {w.index: self.pool.take(w) for w in workers}
         if op in ("step", "reset") and self.max_restarts:
+            failed = []  # every worker of the call to restart: rebuilt together
             for stage in stages:
                 for w in stage.workers:
                     failure = answers[w.index]
                     if failure is not None and not failure.ok and w.restarts < self.max_restarts:
-                        answers[w.index] = self._restart(w, failure, op, stage.context)
+                        failed.append((stage, w, failure))
+            if failed:
+                rebuilt = self.pool.rebuild([(w, failure, op) for _, w, failure in failed])
+                for stage, w, _ in failed:
+                    answers[w.index] = self._stand_in(w, rebuilt[w.index], op, stage.context)
         collected, error = [], None
         for stage in stages:
             results, stage_error = stage.finish(answers)
@@ -380,11 +385,10 @@ class StageStepping:
             error = error or stage_error
         return collected, error
 
-    def _restart(self, w: WorkerTransport, failure: Answer, op: str, context: Any) -> Answer:
-        """Rebuild worker ``w`` after ``failure`` of ``op`` (the pool's restart policy, which
-        retries inside), and return the answer that stands in for the failed one: the
-        reset's for a reset, else a step whose episodes end with ``truncated=True``."""
-        answer = self.pool.rebuild(w, failure, op)
+    def _stand_in(self, w: WorkerTransport, answer: Answer, op: str, context: Any) -> Answer:
+        """The answer that stands in for worker ``w``'s failed ``op`` once the pool rebuilt
+        it (``answer``: the rebuild's, `WorkerPool.rebuild`): the reset's for a reset, else
+        a step whose episodes end with ``truncated=True``; a failed rebuild's own."""
         if not answer.ok:
             return answer
         items, reset_infos = answer.payload

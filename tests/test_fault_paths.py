@@ -53,6 +53,8 @@ class ScriptedEnv(CountingEnv):
         hang_builds: Which constructions of this env hang (60 s).
         hang_reset: Every reset hangs (60 s).
         raise_build: The constructor raises.
+        slow_rebuild: Each construction after the first takes this long (seconds) and
+            logs its start and end wall times (`rebuild_spans`).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class ScriptedEnv(CountingEnv):
         hang_builds: tuple[int, ...] = (),
         hang_reset: bool = False,
         raise_build: bool = False,
+        slow_rebuild: float = 0.0,
     ) -> None:
         super().__init__(env_id, episode_length=100)
         if raise_build:
@@ -69,8 +72,14 @@ class ScriptedEnv(CountingEnv):
         log = Path(log_dir) / f"builds-{env_id}"
         with log.open("a") as f:
             f.write("b")
-        if len(log.read_text()) in hang_builds:
+        builds = len(log.read_text())
+        if builds in hang_builds:
             time.sleep(60)
+        if slow_rebuild and builds > 1:
+            started = time.time()
+            time.sleep(slow_rebuild)
+            with (Path(log_dir) / f"rebuilds-{env_id}").open("a") as f:
+                f.write(f"{started} {time.time()}\n")
         self.hang_reset = hang_reset
 
     def reset(self, *, seed=None, options=None):
@@ -474,3 +483,68 @@ def test_fork_context_restarts_and_leaks_no_shared_memory(tmp_path):
     assert out["trunc"] == [False, False, True, True] and out["restarts"] == [0, 0, 0, 1]
     assert out["counts"] == [1, 1, 1, 1, 2, 2, 0, 0]  # worker 3 restarted, then autoreset
     assert out["names"] and not [n for n in out["names"] if Path("/dev/shm", n).exists()]
+
+
+# ---------------------------------------------------------------------- (7) rebuilt together
+
+
+def rebuild_spans(log_dir: Path, env_ids: tuple[int, ...]) -> list[tuple[float, float]]:
+    """Each rebuild of the worker of ``env_ids`` (its envs built one after another): the
+    wall-clock span from its first env's construction start to its last one's end."""
+    logs = [(log_dir / f"rebuilds-{g}").read_text().split() for g in env_ids]
+    starts, ends = logs[0][0::2], logs[-1][1::2]
+    return [(float(a), float(b)) for a, b in zip(starts, ends, strict=True)]
+
+
+def assert_rebuilt_together(log_dir: Path, workers: list[tuple[int, ...]]) -> None:
+    """The workers of ``workers`` (their env ids) were rebuilt once each, and their envs'
+    constructions overlapped: every rebuild started before any of them ended (one after
+    another, each would start only once the one before had built its envs and reset)."""
+    spans = [rebuild_spans(log_dir, ids) for ids in workers]
+    assert all(len(s) == 1 for s in spans), spans
+    starts, ends = [s[0][0] for s in spans], [s[0][1] for s in spans]
+    assert max(starts) < min(ends), f"rebuilds one after another: {spans}"
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "stage"])
+def test_workers_that_fail_in_one_call_are_rebuilt_together(make_pipelined, tmp_path, whole):
+    """Two workers killed in one call (a whole-env step, or a stage's step with both its
+    workers) restart together: their slow env constructions (1 s each) overlap."""
+    envs = make_pipelined(
+        scripted(tmp_path, {g: {"slow_rebuild": 1.0} for g in range(NUM_ENVS)}),
+        **LAYOUT,
+        max_restarts=1,
+    )
+    envs.reset(seed=0)
+    actions = zeros()
+    if whole:
+        actions[[1, 6]] = KILL  # worker 0 (stage 0) and worker 3 (stage 1)
+        _, _, _, trunc, info = envs.step(actions)
+        restarted, rebuilt = [0, 1, 6, 7], [(0, 1), (6, 7)]
+    else:
+        actions[[4, 7]] = KILL  # both workers of stage 1
+        envs.step_async(actions[4:], stage=1)
+        _, _, _, trunc, info = envs.step_wait(stage=1)
+        restarted, rebuilt = [0, 1, 2, 3], [(4, 5), (6, 7)]
+    assert np.flatnonzero(trunc).tolist() == restarted
+    assert np.flatnonzero(info["_worker_restarted"]).tolist() == restarted
+    counts = [0] * 4
+    for ids in rebuilt:
+        counts[ids[0] // 2] = 1
+    assert envs.restart_counts == tuple(counts)
+    assert_rebuilt_together(tmp_path, rebuilt)
+    assert not step(envs, whole)[3].any()  # the rebuilt workers step on
+
+
+def test_a_reset_rebuilds_its_dead_workers_together(make_pipelined, tmp_path):
+    """Two workers that died while idle are rebuilt together by the next reset."""
+    envs = make_pipelined(
+        scripted(tmp_path, {g: {"slow_rebuild": 1.0} for g in range(NUM_ENVS)}), **LAYOUT
+    )
+    envs.reset(seed=0)
+    kill_worker(envs, 0)
+    kill_worker(envs, VICTIM)
+    obs, info = envs.reset(seed=1)
+    assert obs[:, 0].tolist() == list(range(NUM_ENVS)) and info["_env_id"].all()
+    assert envs.restart_counts == (0, 0, 0, 0)  # a reset's rebuild is not a restart
+    assert_rebuilt_together(tmp_path, [(0, 1), (6, 7)])
