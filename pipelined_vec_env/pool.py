@@ -9,8 +9,8 @@ clock (each command's own send time) crash detection (the backend's wait, see
 through it and waits until its workers' queues are empty (`WorkerPool.wait`); the restart
 policy (`WorkerPool.rebuild`: fresh processes and a reset of all their envs, the failed
 workers of a call together, retried within ``max_restarts``) and the rebuild of dead
-workers before a reset (`WorkerPool.revive_dead`) live here too. What a restart means to the caller (a
-truncated step) is the stepping mode's business, not the pool's.
+workers before a reset (`WorkerPool.revive_dead`) live here too. What a restart means to
+the caller (a truncated step) is the stepping mode's business, not the pool's.
 
 The wire of one worker is its handle, through the small `transport.WorkerTransport`
 interface (`worker_handle.WorkerHandle`: a pipe, with steps through a shared-memory slot
@@ -556,7 +556,7 @@ class WorkerPool:
                     answer = self.take(w)
                 assert answer is not None
                 if answer.ok:
-                    items, reset_infos = answer.payload
+                    _, reset_infos = answer.payload
                     for k in range(len(w.env_indices)):
                         reset_infos[k] = [{**reset_infos[k][0], "worker_restarted": True}]
                     done[w.index] = answer
