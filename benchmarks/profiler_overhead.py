@@ -31,6 +31,7 @@ from pathlib import Path
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _children import run_child_json  # noqa: E402
 from _machine import cpu_model, package_versions  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profiler_overhead.json"
@@ -177,25 +178,10 @@ def main(argv: list[str] | None = None) -> dict:
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in variants:
-            env = dict(os.environ)
+            argv = ["--child", v, "--env-id", args.env_id, "--num-envs", str(args.num_envs)]
+            argv += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
             path = args.baseline if v == "baseline" else str(REPO)
-            env["PYTHONPATH"] = os.pathsep.join([path, env.get("PYTHONPATH", "")])
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                v,
-                "--env-id",
-                args.env_id,
-                "--num-envs",
-                str(args.num_envs),
-                "--steps",
-                str(args.steps),
-                "--warmup",
-                str(args.warmup),
-            ]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[v].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            runs[v].append(run_child_json(__file__, argv, path))
             print(
                 f"round {r}: {v:8s} {runs[v][-1]['env_steps_per_s']:9.0f} env steps/s", flush=True
             )

@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -38,6 +37,7 @@ from pathlib import Path
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _children import run_child_json  # noqa: E402
 from _machine import cpu_model, package_versions  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rebuild.json"
@@ -139,23 +139,10 @@ def main(argv: list[str] | None = None) -> dict:
     load_start = os.getloadavg()
     for r in range(args.rounds):
         for v in variants:
-            env = dict(os.environ)
+            argv = ["--child", v, "--num-workers", str(args.num_workers)]
+            argv += ["--build-seconds", str(args.build_seconds), "--failed", *map(str, args.failed)]
             path = args.baseline if v == "baseline" else str(REPO)
-            env["PYTHONPATH"] = os.pathsep.join([path, env.get("PYTHONPATH", "")])
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                v,
-                "--num-workers",
-                str(args.num_workers),
-                "--build-seconds",
-                str(args.build_seconds),
-                "--failed",
-                *map(str, args.failed),
-            ]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[v].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            runs[v].append(run_child_json(__file__, argv, path))
             print(f"round {r}: {v:8s} {runs[v][-1]['seconds']}", flush=True)
     rows = summarise(args, runs)
     result = {
