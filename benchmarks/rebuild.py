@@ -1,7 +1,8 @@
 """How long a step takes that rebuilds several failed workers at once.
 
-``num_workers`` workers of one env each, with ``max_restarts=1``; the env's constructor
-sleeps ``build_seconds`` (a LIBERO env takes seconds to build). One step kills ``k`` of
+``num_workers`` workers of one env each, with one restart allowed per measurement
+(``max_restarts=len(failed)``: worker 0 fails in every one); the env's constructor sleeps
+``build_seconds`` (a LIBERO env takes seconds to build). One step kills ``k`` of
 the workers (the env SIGKILLs its own process, `debug_envs.FaultyEnv`'s action 3), so
 that step returns only once they are rebuilt: fresh processes, envs built, reset. Timed
 per ``k`` in ``--failed``. The workers of one call restart together since session 9
