@@ -8,6 +8,9 @@ formatted traceback attached as ``__cause__`` (the convention of
 from __future__ import annotations
 
 import multiprocessing
+import signal
+
+from .stacks import innermost_frames
 
 __all__ = [
     "RemoteTraceback",
@@ -15,6 +18,7 @@ __all__ = [
     "WaitTimeoutError",
     "WorkerCrashedError",
     "WorkerError",
+    "describe_exit",
 ]
 
 
@@ -74,14 +78,54 @@ def _rebuild_worker_error(
     return err
 
 
+#: What usually sends a signal that kills a worker.
+_SIGNAL_CAUSES = {
+    "SIGKILL": "the kernel's OOM killer (out of memory) or an outside kill",
+    "SIGSEGV": "a crash in native code (simulator, renderer, C extension)",
+    "SIGABRT": "a crash in native code (an abort(), a failed C assertion)",
+    "SIGBUS": "a crash in native code (bad memory access, e.g. /dev/shm full)",
+    "SIGFPE": "a crash in native code (arithmetic fault)",
+    "SIGILL": "a crash in native code (illegal instruction)",
+    "SIGTERM": "an outside request to stop (a job scheduler, kill)",
+}
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``exitcode`` in words: a negative one names its signal and what usually sends it.
+
+    Returns:
+        e.g. ``"exit code -9 (killed by SIGKILL, signal 9: usually the kernel's OOM killer
+        (out of memory) or an outside kill)"``, ``"exit code 3"``, ``"unknown exit code"``.
+    """
+    if exitcode is None:
+        return "unknown exit code"
+    if exitcode >= 0:
+        return f"exit code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        return f"exit code {exitcode} (killed by signal {-exitcode})"
+    cause = _SIGNAL_CAUSES.get(name)
+    usual = f": usually {cause}" if cause else ""
+    return f"exit code {exitcode} (killed by {name}, signal {-exitcode}{usual})"
+
+
 class WorkerCrashedError(RuntimeError):
     """A worker process died (SIGKILL, segfault, ``os._exit``) or was killed by a deadline.
+
+    A death by signal is named in the message with what usually sends it (SIGKILL: the
+    OOM killer or an outside kill; SIGSEGV, SIGABRT: a crash in native code). A worker
+    killed for overrunning ``step_deadline`` had its threads' Python stacks dumped first:
+    they are in ``stacks`` and the innermost frames end the message.
 
     Attributes:
         worker_index: Index of the dead worker.
         env_indices: Global indices of the envs that lived in it.
         exitcode: The process exit code (negative: killed by that signal), or ``None``
             when the process could not be reaped.
+        signal_name: Name of the signal that killed it (``"SIGKILL"``), or None.
+        stacks: Every thread's Python stack just before a deadline kill (`faulthandler`'s
+            text, most recent call first), or None.
     """
 
     def __init__(
@@ -90,19 +134,40 @@ class WorkerCrashedError(RuntimeError):
         env_indices: tuple[int, ...],
         exitcode: int | None,
         detail: str = "",
+        stacks: str | None = None,
     ) -> None:
-        how = f"exit code {exitcode}" if exitcode is not None else "unknown exit code"
-        super().__init__(
-            f"worker {worker_index} (envs {list(env_indices)}) died with {how}"
+        text = (
+            f"worker {worker_index} (envs {list(env_indices)}) died with "
+            f"{describe_exit(exitcode)}"
             + (f": {detail}" if detail else "")
             + ". Its stage cannot step until it is reset; other stages keep working."
         )
+        if stacks:
+            text += "\nInnermost frames of its threads before the kill:\n" + innermost_frames(
+                stacks
+            )
+        super().__init__(text)
         self.worker_index = worker_index
         self.env_indices = env_indices
         self.exitcode = exitcode
+        self.detail = detail
+        self.stacks = stacks
+        self.signal_name = _signal_name(exitcode)
 
     def __reduce__(self):
-        return (type(self), (self.worker_index, self.env_indices, self.exitcode))
+        return (
+            type(self),
+            (self.worker_index, self.env_indices, self.exitcode, self.detail, self.stacks),
+        )
+
+
+def _signal_name(exitcode: int | None) -> str | None:
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return None
 
 
 class StageFailedError(RuntimeError):

@@ -38,7 +38,9 @@ def raise_worker_error(handle: Any, answer: Answer) -> None:
     """
     if isinstance(answer, Crashed):
         detail = "killed for overrunning step_deadline" if handle.deadline_exceeded else ""
-        raise WorkerCrashedError(handle.index, handle.env_indices, answer.exitcode, detail)
+        raise WorkerCrashedError(
+            handle.index, handle.env_indices, answer.exitcode, detail, handle.stacks
+        )
     if isinstance(answer, TimedOut):
         raise WaitTimeoutError(answer.message)
     assert isinstance(answer, Raised), answer

@@ -35,10 +35,12 @@ from typing import Any
 
 import cloudpickle
 
-from .errors import WaitTimeoutError, WorkerCrashedError
+from .errors import WaitTimeoutError, WorkerCrashedError, describe_exit
 from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
+from .render_devices import RenderDeviceEnvFn
 from .spinning import TAIL_SPIN_SECONDS, SpinGate, can_spin
+from .stacks import innermost_frames
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import NicedEnvFn
@@ -198,12 +200,15 @@ class WorkerPool:
         ray_options: Any,
         fast_path: bool = True,
         worker_nice: int | str | None = None,
+        render_devices: tuple[int, ...] | None = None,
     ) -> None:
         """Start one worker per env range of ``layout`` (``(stage, [(lo, hi), ...])``), in
         parallel; `start` then waits for them. Started workers are in `handles` at once,
         so `close` stops them if a later one fails to start. With ``worker_nice`` each
         worker sets that nice value before building its envs (`worker.NicedEnvFn` around
-        its first constructor, so restarts apply it again).
+        its first constructor, so restarts apply it again); with ``render_devices``
+        worker ``i`` renders on GPU ``render_devices[i % len(render_devices)]``
+        (`render_devices.RenderDeviceEnvFn`, the same way).
 
         Subprocess workers step through shared-memory slots with ``fast_path``
         (`worker_handle.WorkerHandle`); the caller's waits spin only when every worker
@@ -251,6 +256,9 @@ class WorkerPool:
             for lo, hi in ranges:
                 index = len(self.handles)
                 fns = list(env_fns[lo:hi])
+                if render_devices:
+                    device = render_devices[index % len(render_devices)]
+                    fns[0] = RenderDeviceEnvFn(fns[0], device)
                 if worker_nice is not None:
                     fns[0] = NicedEnvFn(fns[0], worker_nice)
                 handle = make(index, s, tuple(range(lo, hi)), cloudpickle.dumps(fns))
@@ -297,6 +305,7 @@ class WorkerPool:
                     answer = TimedOut(
                         f"worker {w.index} (envs {list(w.env_indices)}) did not build its envs "
                         f"and answer within start_timeout={self.start_timeout:g} s; it was killed"
+                        + _frames_text(w.stacks)
                     )
                     w.deadline_exceeded = False
                 answers[w.index] = answer
@@ -570,14 +579,14 @@ class WorkerPool:
     def _log_restart(self, w: Any, failure: Answer, op: str) -> None:
         """Log why worker ``w`` restarts (``failure``, the answer to its ``op``)."""
         if w.deadline_exceeded:
-            why = f"step_deadline={self.step_deadline} s exceeded"
+            why = f"step_deadline={self.step_deadline} s exceeded" + _frames_text(w.stacks)
         elif isinstance(failure, Raised):
             why = f"{failure.type_name}: {failure.message}"
         elif isinstance(failure, TimedOut):
             why = failure.message
         else:
             assert isinstance(failure, Crashed), failure
-            why = f"exit code {failure.exitcode}"
+            why = describe_exit(failure.exitcode)
         logger.warning(
             "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
             w.index,
@@ -645,3 +654,10 @@ class WorkerPool:
         for queue in self._queues.values():
             queue.clear()
         self._answers.clear()
+
+
+def _frames_text(stacks: str | None) -> str:
+    """The innermost frames of a killed worker's ``stacks`` as the end of a message."""
+    if not stacks:
+        return ""
+    return "\nInnermost frames of its threads before the kill:\n" + innermost_frames(stacks)

@@ -280,6 +280,7 @@ class RayWorkerHandle:
         self.answer: Answer | None = None
         self.dead = False
         self.deadline_exceeded = False
+        self.stacks: str | None = None  # a busy actor serves no other call: no dump
         self._pid: int | None = None
         pickled_env_fns, autoreset_mode, worker_threads = self._args
         self.actor = (
@@ -364,6 +365,11 @@ class RayWorkerHandle:
             ray.kill(self.actor, no_restart=True)
         except (RayError, ValueError):
             logger.debug("ray.kill of worker %d failed", self.index, exc_info=True)
+
+    def dump_stacks(self, timeout: float = 1.0) -> None:
+        """None: a Ray actor runs one call at a time, so a busy one cannot be asked for
+        its stacks (``ray stack`` on its node dumps them with py-spy)."""
+        return None
 
     def kill_for_deadline(self) -> None:
         """Kill an actor that overran its deadline; the wait then reports a crash."""

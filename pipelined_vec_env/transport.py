@@ -38,6 +38,8 @@ class WorkerTransport(Protocol):
             read only after it was taken.
         dead: The worker was found dead.
         deadline_exceeded: It was killed for overrunning its deadline.
+        stacks: Every thread's Python stack dumped just before that kill, or None (always
+            None with Ray).
         exitcode: Its exit code once dead (None: alive, or unknown as with Ray).
     """
 
@@ -49,6 +51,7 @@ class WorkerTransport(Protocol):
     answer: Answer | None
     dead: bool
     deadline_exceeded: bool
+    stacks: str | None
 
     @property
     def exitcode(self) -> int | None: ...
@@ -65,6 +68,9 @@ class WorkerTransport(Protocol):
 
     def restart(self, counted: bool = True) -> None:
         """Kill the worker and start a fresh one for the same envs (it answers `Ready`)."""
+
+    def dump_stacks(self, timeout: float = 1.0) -> str | None:
+        """Every thread's Python stack in the live worker, or None where not available."""
 
     def kill_for_deadline(self) -> None:
         """Kill a worker that overran its deadline; its wait then reads a crash."""

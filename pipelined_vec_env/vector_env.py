@@ -20,6 +20,7 @@ from .env_spaces import spaces_from_descriptions
 from .observations import ObservationStore
 from .pool import WorkerPool
 from .profiling import Profiler
+from .render_devices import check_render_devices
 from .reset_arguments import reset_arguments
 from .stage_stepping import StageStepping
 from .stages import Stage, check_startable, wait_any_stage
@@ -140,6 +141,12 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             where the action space has a fixed array layout and the actions are a numpy
             array of its dtype; False pickles every step (the results are the same). See
             ``docs/wire_format.md``.
+        render_devices: GPU ids for headless EGL rendering, handed out round-robin:
+            worker ``i`` gets ``render_devices[i % len(render_devices)]`` as
+            ``MUJOCO_EGL_DEVICE_ID`` (and ``EGL_DEVICE_ID``; ``MUJOCO_GL`` and
+            ``PYOPENGL_PLATFORM`` default to ``"egl"``), set before its envs are built.
+            None leaves the environment alone. Raises ValueError for anything but a
+            non-empty sequence of ints >= 0.
 
     Attributes:
         decoupled: The bookkeeping of decoupled stepping (`async_reset`/`recv`/`send`), a
@@ -180,6 +187,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         profile: bool = False,
         info_layout: str = "batched",
         fast_path: bool = True,
+        render_devices: Sequence[int] | None = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self.profiler = Profiler(enabled=bool(profile))
@@ -206,6 +214,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             autoreset_mode=autoreset_mode,
             shared_memory=shared_memory,
         )
+        self.render_devices = check_render_devices(render_devices)
         self.autoreset_mode = args.autoreset_mode
         self.env_fns = args.env_fns
         self.num_envs = args.num_envs
@@ -243,6 +252,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
                 ray_options=ray_options,
                 fast_path=bool(fast_path),
                 worker_nice=self.worker_nice,
+                render_devices=self.render_devices,
             )
             self.context = self._pool.context
             found = spaces_from_descriptions(

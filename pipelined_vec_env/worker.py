@@ -57,6 +57,7 @@ from .slots import (
     send_short,
 )
 from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until
+from .stacks import install_stack_dump
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -421,8 +422,23 @@ class _WorkerEnvs:
             self.envs[local].set_wrapper_attr(name, value)
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        """Close every env, even after one raised; then drop them.
+
+        Raises:
+            RuntimeError: An env's ``close()`` raised (the first such env is named; its
+                exception is the ``__cause__``).
+        """
+        failed: tuple[int, BaseException] | None = None
+        envs, self.envs = self.envs, []
+        for local, env in enumerate(envs):
+            try:
+                env.close()
+            except Exception as exc:
+                if failed is None:
+                    failed = (self.env_indices[local], exc)
+        if failed is not None:
+            index, exc = failed
+            raise RuntimeError(f"env {index}: close() raised {type(exc).__name__}: {exc}") from exc
 
 
 def _describe(envs: list[Env]) -> dict[str, Any]:
@@ -460,6 +476,7 @@ def worker_main(
     cpu_cores: tuple[int, ...] | None,
     worker_threads: int | None,
     main_ref: tuple[str, str] | None = None,
+    stacks_path: str | None = None,
 ) -> None:
     """Serve commands for the envs ``env_indices`` until ``close`` or the caller goes away.
 
@@ -475,8 +492,11 @@ def worker_main(
         worker_threads: Cap for OpenMP/BLAS/torch threads, or None to leave them alone.
         main_ref: The caller's main module (`main_module.main_reference()`), loaded here
             only if something needs it; None when the worker has it already (fork).
+        stacks_path: File to dump every thread's stack into on `stacks.DUMP_SIGNAL`
+            (`stacks.install_stack_dump`), or None.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
+    install_stack_dump(stacks_path)
     _release_forkserver()
     if not _die_with_parent() or not _parent_alive(parent_pid):
         return
@@ -540,8 +560,7 @@ def serve_command(envs: _WorkerEnvs, command: Command, payload: Any) -> Answer |
         if command == Command.SET_ATTR:
             return Ok(envs.set_attr(*payload))
         if command == Command.CLOSE:
-            envs.close()
-            envs.envs = []
+            envs.close()  # drops the envs even when one raised
             return Ok(None)
         raise RuntimeError(f"unknown worker command {command!r}")
     except Exception as exc:
@@ -656,9 +675,10 @@ def spin_for_message(
     return slot.wakeless(number)
 
 
-def _pickled(message: Any) -> bytes:
+def _pickled(message: Any, locate: Callable[[], Exception | None] | None = None) -> bytes:
     """``message`` pickled as `send_answer` does: plain pickle, else cloudpickle; one
-    that neither can pickle becomes its `Raised`."""
+    that neither can pickle becomes its `Raised` (with ``locate``, the exception it
+    returns: one naming the env and key of the value that cannot be sent)."""
     try:
         return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):
@@ -666,7 +686,81 @@ def _pickled(message: Any) -> bytes:
     try:
         return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        located = locate() if locate is not None else None
+        if located is not None:
+            try:
+                raise located from exc
+            except type(located) as chained:
+                exc = chained
         return pickle.dumps(to_wire(Raised.from_exception(exc)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _sendable(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
+
+
+def _innermost_unsendable(value: Any, path: str) -> tuple[str, Any] | None:
+    """``(path, value)`` of the innermost part of ``value`` that cannot be pickled (keys
+    of nested dicts, indices of lists and tuples), or None when all of it can."""
+    if _sendable(value):
+        return None
+    children: Any = ()
+    if isinstance(value, dict):
+        children = ((f"{path}[{key!r}]", item) for key, item in value.items())
+    elif isinstance(value, (list, tuple)):
+        children = ((f"{path}[{i}]", item) for i, item in enumerate(value))
+    for child_path, item in children:
+        found = _innermost_unsendable(item, child_path)
+        if found is not None:
+            return found
+    return path, value
+
+
+def _locate_unsendable(
+    envs: _WorkerEnvs, targets: Any, items: Any, infos: list[list[dict]]
+) -> Exception | None:
+    """A `TypeError` naming the env, the key and the type of the first observation or
+    info value of ``targets`` (local env indices, in answer order) that cannot be sent."""
+    for k, local in enumerate(targets):
+        parts = [("observation", items[k])] if items is not None else []
+        parts += [("info", info) for info in infos[k]]
+        for name, value in parts:
+            found = _innermost_unsendable(value, name)
+            if found is not None:
+                path, leaf = found
+                kind = f"{type(leaf).__module__}.{type(leaf).__qualname__}"
+                return TypeError(
+                    f"env {envs.env_indices[local]}: {path} holds a {kind}, which cannot be "
+                    "pickled to send it to the caller; return something picklable there "
+                    "(or keep it inside the env)"
+                )
+    return None
+
+
+def _step_locator(
+    envs: _WorkerEnvs, request: Any, items: Any, infos: list[list[dict]]
+) -> Callable[[], Exception | None]:
+    targets = range(len(envs.envs)) if request[0] is None else request[0]
+    return lambda: _locate_unsendable(envs, targets, items, infos)
+
+
+def _answer_locator(
+    envs: _WorkerEnvs, command: Command, payload: Any, answer: Answer
+) -> Callable[[], Exception | None] | None:
+    """For a step or reset answer, a `_locate_unsendable` of its observations and infos."""
+    if not isinstance(answer, Ok) or command not in (Command.STEP, Command.RESET):
+        return None
+    if command == Command.STEP:
+        targets = range(len(envs.envs)) if payload[0] is None else payload[0]
+        items, infos = answer.payload[0], answer.payload[4]
+    else:
+        targets = [request[0] for request in payload]
+        items, infos = answer.payload
+    return lambda: _locate_unsendable(envs, targets, items, infos)
 
 
 def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool) -> None:
@@ -674,8 +768,9 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
     slot = fast.slot
     assert slot is not None, "a fast step before the slot"
     started = time.monotonic_ns() if timed else 0
+    request = slot.read_request()
     try:
-        items, rewards, terminations, truncations, infos = envs.step_arrays(slot.read_request())
+        items, rewards, terminations, truncations, infos = envs.step_arrays(request)
     except Exception as exc:
         fast.answer(conn, _pickled(to_wire(Raised.from_exception(exc))))
         return
@@ -684,7 +779,8 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
     if items is not None:  # observations travel through the pipe: the pickled answer
         payload = (items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos)
         times = (started, time.monotonic_ns()) if timed else None
-        fast.answer(conn, _pickled(to_wire(Ok(payload, times))))
+        locate = _step_locator(envs, request, items, infos)
+        fast.answer(conn, _pickled(to_wire(Ok(payload, times)), locate))
         return
     slot.write_results(rewards, terminations, truncations)
     # infos that fit the layout are never all empty (a layout has keys): try it first
@@ -698,7 +794,8 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
             slot.layout = layout  # the caller takes it from this answer
         else:
             layout = None
-        fast.answer(conn, _pickled((FAST_INFOS, infos, layout)))
+        locate = _step_locator(envs, request, None, infos)
+        fast.answer(conn, _pickled((FAST_INFOS, infos, layout), locate))
 
 
 def _readable_waiter(fd: int) -> Callable[..., Any]:
@@ -750,6 +847,8 @@ def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
         if timed and isinstance(answer, Ok):
             answer.times = (started, time.monotonic_ns())
         # a result that cannot be pickled becomes its Raised (nothing was written yet)
-        fast.answer(conn, _pickled(to_wire(answer)))
-        if command == Command.CLOSE and answer.ok:
+        fast.answer(
+            conn, _pickled(to_wire(answer), _answer_locator(envs, command, payload, answer))
+        )
+        if command == Command.CLOSE:  # the worker ends whatever its envs' close did
             return

@@ -16,13 +16,14 @@ import pickle
 import sys
 import time
 import types
+import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .main_module import main_reference
-from .protocol import Answer, Command, Crashed, Ok, Ready, from_wire
+from .protocol import Answer, Command, Crashed, Ok, Raised, Ready, from_wire
 from .slots import (
     FAST_INFOS,
     WAKE_STEP,
@@ -33,6 +34,7 @@ from .slots import (
     send_short,
 )
 from .spinning import SPIN_SECONDS, SpinGate, machine_quiet, spin_until
+from .stacks import StackFile
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import send, worker_main
 
@@ -181,6 +183,8 @@ class WorkerHandle:
         self.answer: Answer | None = None
         self.dead = False
         self.deadline_exceeded = False
+        #: every thread's stack, dumped just before a deadline kill (else None)
+        self.stacks: str | None = None
         self.release_slot()
         # per expected answer: (_PICKLED or the envs of a fast step, timed, sent at)
         self._awaited: deque[tuple[int, bool, float]] = deque()
@@ -191,6 +195,7 @@ class WorkerHandle:
         self._spun = False  # whether the wait for the next answer spun
         pickled_env_fns, autoreset_mode, cpu_cores, worker_threads = self._args
         forked = self._ctx.get_start_method() == "fork"
+        self._stack_file = StackFile()
         self.conn, child_conn = self._ctx.Pipe(duplex=True)
         self.process = self._ctx.Process(
             target=worker_main,
@@ -205,6 +210,7 @@ class WorkerHandle:
                 cpu_cores,
                 worker_threads,
                 None if forked else main_reference(),
+                self._stack_file.path,
             ),
             daemon=self._daemon,
         )
@@ -272,12 +278,32 @@ class WorkerHandle:
             self.profiler.worker_restarted(self.index)
         self._start()
 
+    def dump_stacks(self, timeout: float = 1.0) -> str | None:
+        """Every thread's Python stack in the live worker, without stopping it.
+
+        Args:
+            timeout: Seconds to wait for the dump.
+
+        Returns:
+            `faulthandler`'s text (most recent call first), or None when the worker is
+            gone or did not write it within ``timeout``.
+        """
+        if self.dead or not _is_alive(self):
+            return None
+        return self._stack_file.request(self.process.pid, timeout)
+
+    def remove_stack_file(self) -> None:
+        """Delete the file the worker dumps its stacks into (it is going)."""
+        self._stack_file.remove()
+
     def kill_for_deadline(self) -> None:
-        """Kill a worker that overran its deadline; the wait then reports a crash."""
+        """Dump the stacks of a worker that overran its deadline (into ``stacks``), then
+        kill it; the wait then reports a crash."""
         self.deadline_exceeded = True
         if self.profiler is not None:
             self.profiler.deadline_kill(self.index)
         if self.process.is_alive():
+            self.stacks = self.dump_stacks()
             self.process.kill()
 
     def send(self, command: Command, payload: Any, expect_answer: bool = True) -> None:
@@ -458,6 +484,7 @@ class WorkerHandle:
             self.process.join(1.0)
         self.close_pipe()
         self.release_slot()
+        self.remove_stack_file()
         try:
             self.process.close()
         except ValueError:
@@ -587,15 +614,29 @@ class ProcessBackend:
             deadline = deadline_after(timeout)
             pipes = {h.conn.fileno(): h for h in alive if not h.dead and not h.conn.closed}
             sentinels = {h.process.sentinel: h for h in alive}
+            last: dict[int, bytes] = {}  # per worker: the last frame read (its CLOSE answer)
             while sentinels and remaining(deadline):
                 for fd in poll_fds([*pipes, *sentinels], remaining(deadline)):
                     if fd in sentinels:
                         sentinels.pop(fd)
                     elif fd in pipes:
-                        try:
-                            pipes[fd].conn.recv_bytes()  # an unread answer: drop it
-                        except (EOFError, OSError):
-                            pipes.pop(fd)
+                        _read_frame(pipes, fd, last)
+            for fd in list(pipes):  # what exited workers wrote before they went
+                while fd in pipes and _poll_pipe(pipes[fd]):
+                    _read_frame(pipes, fd, last)
+            for h in alive:
+                if h.index in last:
+                    _warn_failed_close(h, last[h.index])
+            for h in alive:
+                if _is_alive(h):
+                    stacks = h.dump_stacks()
+                    logger.warning(
+                        "worker %d did not close within timeout=%.3g s; terminating it. "
+                        "Its threads' stacks:\n%s",
+                        h.index,
+                        timeout,
+                        stacks or "(no dump)",
+                    )
         for signal_name in ("terminate", "kill"):
             left = [h for h in alive if _is_alive(h)]
             for h in left:
@@ -607,10 +648,44 @@ class ProcessBackend:
                 h.process.join(0 if not _is_alive(h) else 0.1)
             h.close_pipe()
             h.release_slot()
+            h.remove_stack_file()
             try:
                 h.process.close()
             except ValueError:
                 logger.warning("worker %d could not be reaped", h.index)
+
+
+def _poll_pipe(h: WorkerHandle) -> bool:
+    try:
+        return h.conn.poll(0)
+    except (EOFError, OSError):
+        return False
+
+
+def _read_frame(pipes: dict[int, WorkerHandle], fd: int, last: dict[int, bytes]) -> None:
+    """Read one frame from ``pipes[fd]`` into ``last``; forget the pipe at its end."""
+    h = pipes[fd]
+    try:
+        last[h.index] = h.conn.recv_bytes()
+    except (EOFError, OSError):
+        pipes.pop(fd)
+
+
+def _warn_failed_close(h: WorkerHandle, frame: bytes) -> None:
+    """Warn when ``frame``, the last answer of closing worker ``h``, is a `Raised`."""
+    if len(frame) <= 1:
+        return
+    try:
+        answer = from_wire(pickle.loads(frame))
+    except Exception:
+        return
+    if isinstance(answer, Raised):
+        warnings.warn(
+            f"worker {h.index} (envs {list(h.env_indices)}): closing its envs raised "
+            f"{answer.type_name}: {answer.message}\nworker traceback:\n{answer.traceback}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def _any_written(handles: Sequence[WorkerHandle]) -> bool:
