@@ -31,15 +31,21 @@ def install_stack_dump(path: str | None) -> None:
         return
     handle = open(path, "a")  # noqa: SIM115 - faulthandler writes to it until exit
     _open_files.append(handle)
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # the caller holds it open: nothing is left when both are gone
     faulthandler.register(DUMP_SIGNAL, file=handle, all_threads=True, chain=False)
 
 
 class StackFile:
-    """The caller's side: a temporary file a worker dumps its stacks into."""
+    """The caller's side: a temporary file a worker dumps its stacks into.
+
+    The caller keeps it open and reads it through its descriptor; the worker unlinks the
+    name once it has opened it, so the file goes away with the two processes, even when
+    both are killed.
+    """
 
     def __init__(self) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="pipelined-vec-env-stacks-", suffix=".txt")
-        os.close(fd)
+        self.fd, self.path = tempfile.mkstemp(prefix="pipelined-vec-env-stacks-", suffix=".txt")
 
     def request(self, pid: int | None, timeout: float = 1.0) -> str | None:
         """Signal process ``pid`` and return the stacks it wrote within ``timeout`` s.
@@ -65,18 +71,25 @@ class StackFile:
             size = now
         if size <= start:
             return None
-        with open(self.path) as f:
-            f.seek(start)
-            return f.read() or None
+        try:
+            text = os.pread(self.fd, size - start, start)
+        except OSError:
+            return None
+        return text.decode(errors="replace") or None
 
     def _size(self) -> int:
         try:
-            return os.path.getsize(self.path)
+            return os.fstat(self.fd).st_size
         except OSError:
             return 0
 
     def remove(self) -> None:
-        """Delete the file."""
+        """Close the file and delete its name if the worker has not (idempotent)."""
+        if self.fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.fd = -1
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 
