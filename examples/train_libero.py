@@ -1,32 +1,31 @@
-"""The main job: PPO fine-tuning of a behaviour-cloned policy on one LIBERO task.
+"""The main job: PPO fine-tuning of one behaviour-cloned policy on a whole LIBERO suite.
 
-With no arguments this is one run of at most ``--budget-minutes`` 15 for the whole
-command on a 2-core CPU, in five steps:
+With no arguments this trains one policy on the ten libero_object tasks, all within
+``--budget-minutes`` 15 for the whole command on a 2-core CPU, in five steps:
 
 1. demos: a scripted expert (privileged sim state) plays ``--demo-init-states`` (6 init
-   states, no noise), collected through a `PipelinedVectorEnv`;
-2. BC: the PPO actor is cloned on them (goal features, a 2x128 MLP) until the held-out
-   action error has not improved for 400 epochs (more BC barely raises its success:
-   --bc-control);
-3. evaluate: the BC policy, deterministic, on ``--eval-init-states`` (20 init states no
-   demo used), on the training envs' workers in parallel;
-4. PPO fine-tuning from the BC weights on the training init states (value warm-up, a low
-   per-dimension std, a KL pull to the BC policy), 2-stage pipelined rollout,
-   until the deadline leaves just enough time for
-5. evaluate: the same 20 init states.
+   states of every task, no noise), ten envs (one per task) in one `PipelinedVectorEnv`;
+2. BC: the PPO actor (goal features, a 2x128 MLP) is cloned on all of them;
+3. evaluate: the BC policy, deterministic, on ``--eval-init-states`` of every task (5 per
+   task, 50 episodes, init states no demo and no training episode uses);
+4. PPO fine-tuning from the BC weights (value warm-up, a low per-dimension std, a KL pull
+   to the BC policy, self-imitation), env ``i`` training on task ``i % 10`` from
+   ``--train-init-states``, a 2-stage pipelined rollout, evaluated again every
+   ``--eval-every-minutes``, until the deadline leaves just enough time for
+5. evaluate: the same 50 episodes.
 
-It prints the success rate before and after RL and writes, in the run directory,
-``summary.json`` (``eval_success_rate_initial``, ``eval_success_rate_final``,
-``eval_episodes``, phase wall times), ``learning_curve.png`` (success rate and return
-against env steps), ``videos/`` (an evaluation episode before and after), the demos, the
-BC checkpoint and the trainer's checkpoints and TensorBoard files.
+It prints the suite's and every task's success before and after RL and writes, in the run
+directory: ``summary.json`` (the summary first: ``eval_success_rate_initial``,
+``eval_success_rate_final``, ``eval_episodes``, the per-task rates and instructions),
+``curves.json`` (per-iteration training curves), ``learning_curve.png`` (held-out
+success at every evaluation), ``per_task.png`` (each task before and after),
+``videos/before.mp4`` and ``videos/after.mp4``, ``train.log``, the demos, the BC
+checkpoint and the trainer's checkpoints and TensorBoard files.
 
-``--from-scratch`` is the other recipe: no demos and no BC, PPO from a random policy
-(no KL, no warm-up); in minutes on a CPU it shows a shaped return rising and a success
-rate near 0. ``--bc-control`` is the control of the fine-tuning: the same demos and
-evaluations, but the minutes RL would get go to a longer BC run instead.
-
-Every ``TrainConfig`` field is a flag (``--help``), plus the LIBERO ones below.
+``--task-id N`` trains on task N alone; ``--suite`` picks another suite (the expert is
+written for pick-and-place tasks). ``--bc-control`` is the control of the fine-tuning: the
+same demos and evaluations, but the minutes RL would get go to a longer BC run.
+``--from-scratch``: PPO from a random policy (no demos, no BC).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -47,36 +46,73 @@ import numpy as np
 import tyro
 
 from reference_trainer.config import NumStages, TrainConfig
+from reference_trainer.libero_tasks import TASK_ONE_HOT_KEY, TaskInitStates, TaskOneHot
 from reference_trainer.run_log import LOG_FORMAT, RunLog
 from reference_trainer.train import run_directory, train
 
 SUMMARY_KEYS = ("eval_success_rate_initial", "eval_success_rate_final", "eval_episodes")
-"""Keys of ``summary.json`` that outside checks read."""
+"""Keys of ``summary.json`` that outside checks read (the suite's mean and episode count)."""
+
+Suite = Literal["libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90"]
 
 
 @dataclass
 class LiberoTrainConfig(TrainConfig):
     """LIBERO main job: demos -> BC -> evaluate -> PPO fine-tuning -> evaluate, <= 15 min on 2 CPUs.
 
-    --from-scratch: PPO from a random policy instead (no demos, no BC); --bc-control: the
-    RL minutes go to a longer BC run instead (the control of the fine-tuning).
+    One policy for every task of --suite (--task-id N: task N alone). --bc-control: the
+    RL minutes go to a longer BC run instead; --from-scratch: PPO from a random policy.
     """
 
-    env_id: str = "libero"
-    """Label of the run (the env comes from --suite and --task-id)."""
-    suite: Literal["libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90"] = (
-        "libero_object"
-    )
+    # -- the main job (first in --help) ----------------------------------------------------
+    suite: Suite = "libero_object"
     """LIBERO suite."""
-    task_id: int = 0
-    """Task index within the suite."""
+    task_id: int | None = None
+    """Train on this task of the suite alone (None: every task, one policy)."""
+    task_ids: tuple[int, ...] = ()
+    """Train one policy on these tasks of the suite (empty: every task); --task-id wins."""
+    budget_minutes: float | None = 15.0
+    """One deadline for the whole command (demos, BC, evaluations, training); None: the
+    other limits (--total-timesteps, --max-minutes) alone."""
+    bc_control: bool = False
+    """Control run: demos, BC, evaluate, then the minutes RL would get go to a second,
+    longer BC run (no early stop before the deadline), then evaluate; no RL."""
+    from_scratch: bool = False
+    """PPO from a random policy: no demos, no BC, no KL, no value warm-up."""
+    task_one_hot: bool = False
+    """Give the policy its task as a one-hot beside the goal features (the goal features
+    already name the object to move and where; docs/trainer.md has both measured)."""
+    demo_init_states: str | None = None
+    """Init states of every task the expert demonstrates, one episode each (default: 0:2
+    with several tasks: BC on 6 demos of each of the ten libero_object tasks already
+    solved 0.96-0.98 of the held-out episodes, on 2 of each 0.70; 0:6 with --task-id)."""
+    train_init_states: str | None = None
+    """Init states of every task training episodes start from, at random (default: 0:45
+    with several tasks, 0:30 with --task-id); never an evaluation's."""
+    eval_init_states: str | None = None
+    """Init states of every task each evaluation plays, one deterministic episode each
+    (default: 45:50 with several tasks, 5 per task; 30:50 with --task-id)."""
+    demo_noise_std: float = 0.0
+    """DART noise on xyz while collecting demos (0: clean demos, a middling BC policy)."""
+    bc_max_epochs: int = 4000
+    """Most BC epochs."""
+    bc_patience: int = 400
+    """BC stops after this many epochs without a better held-out action error."""
+    bc_heldout: Literal["random", "last"] = "last"
+    """Demos BC holds out to measure its action error: the last ones (with several tasks
+    the last demo init state of every task; the same split for every --seed) or drawn
+    with the seed."""
+
+    # -- LIBERO env ------------------------------------------------------------------------
+    env_id: str = "libero"
+    """Label of the run (the envs come from --suite and --task-id)."""
     chunk_size: int = 1
     """Actions per policy decision (action chunk K), executed inside the env worker."""
     state_features: Literal["goal", "full", "both"] = "goal"
     """State observation: goal features (23 privileged values about the goal object and
     target), the full state vector, or both (see docs/libero.md)."""
     cameras: tuple[Literal["agentview", "wrist"], ...] = ()
-    """Camera observations for the CNN (empty: state only, ~10x faster on CPU)."""
+    """Camera observations for the CNN (none by default: state only, ~10x faster on CPU)."""
     image_size: int = 128
     """Camera image side in pixels."""
     dense_reward: bool = True
@@ -85,38 +121,15 @@ class LiberoTrainConfig(TrainConfig):
     """Multiplier of the shaping term."""
     horizon: int | None = None
     """Primitive steps before truncation (None: the suite's evaluation horizon)."""
-    train_init_states: str = "0:30"
-    """Init states training episodes start from (at random), e.g. '0:30'."""
-    eval_init_states: str = "30:50"
-    """Init states of the evaluations, one episode each (default: 20 no demo used); this
-    sets the number of evaluation episodes (--eval-episodes is ignored here)."""
-
-    # -- the main job's steps --------------------------------------------------------------
-    from_scratch: bool = False
-    """PPO from a random policy: no demos, no BC, no KL, no value warm-up."""
-    bc_control: bool = False
-    """Control run: demos, BC, evaluate, then the minutes RL would get go to a second,
-    longer BC run (no early stop before the deadline), then evaluate; no RL."""
-    budget_minutes: float | None = 15.0
-    """One deadline for the whole command (demos, BC, evaluations, training); None: the
-    other limits (--total-timesteps, --max-minutes) alone."""
-    demo_init_states: str = "0:6"
-    """Init states the expert demonstrates (one episode each)."""
-    demo_noise_std: float = 0.0
-    """DART noise on xyz while collecting demos (0: clean demos, a middling BC policy)."""
-    bc_max_epochs: int = 4000
-    """Most BC epochs."""
-    bc_patience: int = 400
-    """BC stops after this many epochs without a better held-out action error."""
-    bc_heldout: Literal["random", "last"] = "last"
-    """Demos BC holds out to measure its action error: the last one (the same split for
-    every --seed) or drawn with the seed."""
 
     # -- PPO, fine-tuning defaults ---------------------------------------------------------
-    num_envs: int = 4
+    num_envs: int = 10
     num_stages: NumStages = 2
+    envs_per_worker: int = 5
     num_steps: int = 64
-    total_timesteps: int = 400_000
+    total_timesteps: int = 10_000_000
+    """Primitive env steps to train for (across all envs); the default is beyond what
+    --budget-minutes lets the run reach: the deadline ends training."""
     learning_rate: float = 1e-4
     anneal_lr: bool = False
     num_minibatches: int = 4
@@ -133,10 +146,34 @@ class LiberoTrainConfig(TrainConfig):
     self_imitation_steps: int = 16
     freeze_obs_norm: bool = True
     eval_at_start: bool = True
+    eval_every_minutes: float | None = 3.0
     max_minutes: float | None = None
-    eval_episodes: int = 20
+    eval_episodes: tyro.conf.Suppress[int] = 50
+    """Set from --eval-init-states (init states times tasks)."""
     video_fps: int = 20
     checkpoint_every: int = 20
+    run_name: str | None = None
+    """Run directory name (default: suite, task, mode, seed and the process id)."""
+
+    def tasks(self) -> list[int]:
+        """The run's task ids: [--task-id], or every task of --suite."""
+        if self.task_id is not None:
+            return [self.task_id]
+        if self.task_ids:
+            return [int(t) for t in self.task_ids]
+        from pipelined_vec_env.libero import suites
+
+        return list(range(suites.num_tasks(self.suite)))
+
+    def init_states(self, which: Literal["demo", "train", "eval"]) -> tuple[int, ...]:
+        """The init-state ids of every task for the demos, training or evaluation."""
+        several = self.task_id is None and len(self.task_ids) != 1
+        text = {
+            "demo": self.demo_init_states or ("0:2" if several else "0:6"),
+            "train": self.train_init_states or ("0:45" if several else "0:30"),
+            "eval": self.eval_init_states or ("45:50" if several else "30:50"),
+        }[which]
+        return _ids(text)
 
 
 def _make_libero_env(
@@ -150,7 +187,8 @@ def _make_libero_env(
     shaping_scale: float,
     horizon: int | None,
     render: bool,
-    init_state_ids: tuple[int, ...] | None = None,
+    init_state_ids: tuple[int, ...],
+    one_hot_tasks: tuple[int, ...] | None,
 ) -> gym.Env:
     from pipelined_vec_env.libero.env import LiberoEnv
     from pipelined_vec_env.wrappers.action_chunk import ActionChunk
@@ -166,41 +204,10 @@ def _make_libero_env(
         state_features=state_features,
         render_mode="rgb_array" if render else None,
     )
-    if init_state_ids:
-        env = RandomInitStates(env, init_state_ids)
+    env = TaskInitStates(env, task_id, init_state_ids)
+    if one_hot_tasks:
+        env = TaskOneHot(env, one_hot_tasks)
     return ActionChunk(env, chunk_size) if chunk_size > 1 else env
-
-
-class RandomInitStates(gym.Wrapper):
-    """Start each episode from an init state drawn from ``init_state_ids`` (the env's RNG).
-
-    An explicit ``options["init_state_id"]`` (evaluation) wins; so training can keep
-    away from the evaluation's init states.
-
-    Args:
-        env: a `LiberoEnv`.
-        init_state_ids: the allowed ids (non-empty).
-
-    Raises:
-        ValueError: if ``init_state_ids`` is empty.
-    """
-
-    def __init__(self, env: gym.Env, init_state_ids: Sequence[int]) -> None:
-        super().__init__(env)
-        if not init_state_ids:
-            raise ValueError("init_state_ids: expected at least one id")
-        self.init_state_ids = [int(k) for k in init_state_ids]
-        self._rng = np.random.default_rng()
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        """Reset to a random allowed init state unless ``options`` names one."""
-        options = dict(options or {})
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        if options.get("init_state_id") is None:
-            pick = int(self._rng.integers(len(self.init_state_ids)))
-            options["init_state_id"] = self.init_state_ids[pick]
-        return self.env.reset(seed=seed, options=options)
 
 
 def _ids(text: str) -> tuple[int, ...]:
@@ -211,9 +218,12 @@ def _ids(text: str) -> tuple[int, ...]:
 
 @dataclass
 class LiberoEnvFactory:
-    """The LIBERO part of the trainer: build LIBERO envs, fix eval init states."""
+    """The LIBERO part of the trainer: env ``i`` trains on task ``tasks[i % T]``;
+    evaluation episode ``j`` plays task ``tasks[j % T]`` from the ``j // T``-th
+    evaluation init state."""
 
     config: LiberoTrainConfig
+    tasks: tuple[int, ...]
     steps_info_key: str | None = "chunk_steps_executed"
 
     @property
@@ -227,7 +237,7 @@ class LiberoEnvFactory:
         return functools.partial(
             _make_libero_env,
             c.suite,
-            c.task_id,
+            self.tasks[index % len(self.tasks)],
             c.chunk_size,
             c.state_features,
             tuple(c.cameras),
@@ -236,13 +246,18 @@ class LiberoEnvFactory:
             c.shaping_scale,
             c.horizon,
             render,
-            _ids(c.train_init_states) if c.train_init_states else None,
+            c.init_states("train"),
+            self.tasks if c.task_one_hot else None,
         )
 
     def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
-        """Evaluation episode ``j`` starts from the ``j``-th of --eval-init-states."""
-        ids = _ids(self.config.eval_init_states)
-        return {"init_state_id": ids[episode % len(ids)]}
+        """Episode ``j``: task ``tasks[j % T]``, init state ``j // T`` of --eval-init-states."""
+        ids = self.config.init_states("eval")
+        n = len(self.tasks)
+        return {
+            "task_id": self.tasks[episode % n],
+            "init_state_id": ids[(episode // n) % len(ids)],
+        }
 
 
 def _fixed_stages(config: LiberoTrainConfig) -> int:
@@ -251,94 +266,114 @@ def _fixed_stages(config: LiberoTrainConfig) -> int:
     return config.num_stages if isinstance(config.num_stages, int) else 2
 
 
-def _obs_keys(state_features: str) -> tuple[str, ...]:
-    return {"goal": ("goal_features",), "full": ("state",), "both": ("goal_features", "state")}[
-        state_features
-    ]
+def _obs_keys(config: LiberoTrainConfig) -> tuple[str, ...]:
+    keys = {"goal": ("goal_features",), "full": ("state",), "both": ("goal_features", "state")}
+    one_hot = (TASK_ONE_HOT_KEY,) if config.task_one_hot else ()
+    return keys[config.state_features] + one_hot
 
 
-def _warm_start(config: LiberoTrainConfig, run_dir: Path, deadline: float | None) -> dict[str, Any]:
-    """Collect the expert demos and clone them; return what the summary records."""
-    from pipelined_vec_env.libero.collect import collect_demos
+def _check_init_states(config: LiberoTrainConfig) -> None:
+    """Raise ValueError if an evaluation init state is also a demo's or training's."""
+    eval_ids = set(config.init_states("eval"))
+    for which in ("demo", "train"):
+        overlap = eval_ids & set(config.init_states(which))
+        if overlap:
+            raise ValueError(
+                f"--{which}-init-states and --eval-init-states share init states "
+                f"{sorted(overlap)}; the evaluation must use init states no demo and no "
+                "training episode uses"
+            )
+
+
+def _collect(config: LiberoTrainConfig, tasks: list[int], run_dir: Path) -> dict[str, Any]:
+    """The expert's demos of every task, written to ``demos.hdf5``; their summary."""
     from pipelined_vec_env.libero.demos import write_demos
-    from reference_trainer.bc import BCConfig, train_bc
+    from reference_trainer.libero_tasks import add_task_one_hot, collect_suite_demos
 
     t0 = time.perf_counter()
-    ids = list(_ids(config.demo_init_states))
-    overlap = set(ids) & set(_ids(config.eval_init_states))
-    if overlap:
-        raise ValueError(
-            f"--demo-init-states and --eval-init-states share init states {sorted(overlap)}; "
-            "the evaluation must use init states no demo used"
-        )
+    ids = config.init_states("demo")
     logger.info(
-        "collecting %d expert demos (init states %s, %d LIBERO envs; about a minute)",
+        "collecting expert demos: %d tasks x %d init states (%s), one env per task",
+        len(tasks),
         len(ids),
-        config.demo_init_states,
-        min(config.num_envs, len(ids)),
+        f"{ids[0]}-{ids[-1]}",
     )
-    demos = collect_demos(
+    demos = collect_suite_demos(
         config.suite,
-        config.task_id,
+        tasks,
         ids,
         noise_std=config.demo_noise_std,
-        num_envs=min(config.num_envs, len(ids)),
-        num_stages=min(_fixed_stages(config), config.num_envs, len(ids)),
-        state_features="both",
-        horizon=None,  # the suite's: the expert needs ~120 steps whatever --horizon says
+        num_workers=_fixed_stages(config),
         seed=config.seed,
     )
-    demo_path = run_dir / "demos.hdf5"
-    write_demos(demo_path, demos)
-    demos_s = time.perf_counter() - t0
+    if config.task_one_hot:
+        add_task_one_hot(demos, tasks)
+    path = run_dir / "demos.hdf5"
+    write_demos(path, demos)
     info = demos.attrs["collection"]
+    wall_s = time.perf_counter() - t0
     logger.info(
         "%d demos (%d/%d expert successes) in %.0f s",
         len(demos),
-        info["successes"],
+        len(demos),
         info["attempts"],
-        demos_s,
-    )
-    t1 = time.perf_counter()
-    bc = train_bc(
-        BCConfig(
-            demos=str(demo_path),
-            output=str(run_dir / "bc.pt"),
-            obs_keys=_obs_keys(config.state_features),
-            chunk_size=config.chunk_size,
-            hidden_sizes=tuple(config.hidden_sizes),
-            max_epochs=config.bc_max_epochs,
-            patience=config.bc_patience,
-            heldout=config.bc_heldout,
-            seed=config.seed,
-            torch_threads=1,
-        )
+        wall_s,
     )
     return {
-        "demos": {
-            "path": str(demo_path),
-            "kept": len(demos),
-            "expert_successes": info["successes"],
-            "attempts": info["attempts"],
-            "steps": demos.num_samples,
-            "noise_std": config.demo_noise_std,
-            "wall_s": demos_s,
-        },
-        "bc": {**bc.metrics, "checkpoint": bc.checkpoint, "wall_s": time.perf_counter() - t1},
+        "path": str(path),
+        "kept": len(demos),
+        "expert_successes": info["successes"],
+        "expert_successes_per_task": info["successes_per_task"],
+        "attempts": info["attempts"],
+        "steps": demos.num_samples,
+        "noise_std": config.demo_noise_std,
+        "wall_s": wall_s,
     }
 
 
+def _clone(config: LiberoTrainConfig, run_dir: Path, name: str, **limits: Any) -> dict[str, Any]:
+    """BC of the actor on ``demos.hdf5`` into ``<name>.pt``; its metrics."""
+    from reference_trainer.bc import BCConfig, train_bc
+
+    t0 = time.perf_counter()
+    bc = train_bc(
+        BCConfig(
+            demos=str(run_dir / "demos.hdf5"),
+            output=str(run_dir / f"{name}.pt"),
+            obs_keys=_obs_keys(config),
+            chunk_size=config.chunk_size,
+            hidden_sizes=tuple(config.hidden_sizes),
+            heldout=config.bc_heldout,
+            seed=config.seed,
+            torch_threads=1,
+            **limits,
+        )
+    )
+    return {**bc.metrics, "checkpoint": bc.checkpoint, "wall_s": time.perf_counter() - t0}
+
+
+def _warm_start(config: LiberoTrainConfig, tasks: list[int], run_dir: Path) -> dict[str, Any]:
+    """Collect the expert demos and clone them; return what the summary records."""
+    demos = _collect(config, tasks, run_dir)
+    bc = _clone(config, run_dir, "bc", max_epochs=config.bc_max_epochs, patience=config.bc_patience)
+    return {"demos": demos, "bc": bc}
+
+
 logger = logging.getLogger("train_libero")
+
+
+def _mode(config: LiberoTrainConfig) -> str:
+    return "scratch" if config.from_scratch else "bc_control" if config.bc_control else "finetune"
 
 
 def run(config: LiberoTrainConfig) -> dict[str, Any]:
     """Run the main job (or --from-scratch / --bc-control) and return its summary.
 
     The run directory's ``train.log`` holds the whole job's log lines, from the first
-    (demos, BC) to the last of `train` (a resumed run appends).
+    (demos, BC) to the closing report (a resumed run appends).
 
     Raises:
-        ValueError: for demo and evaluation init states that overlap, both
+        ValueError: for evaluation init states that a demo or training uses, both
             --from-scratch and --bc-control, or --resume without --from-scratch.
         FileNotFoundError: if --resume points at no checkpoint.
     """
@@ -346,53 +381,54 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
     load_start = os.getloadavg()
     if config.from_scratch and config.bc_control:
         raise ValueError("--from-scratch and --bc-control are exclusive")
-    deadline = None if config.budget_minutes is None else start + 60 * config.budget_minutes
-    if config.run_name is None:
-        mode = (
-            "scratch" if config.from_scratch else "bccontrol" if config.bc_control else "finetune"
-        )
-        config = dataclasses.replace(
-            config,
-            run_name=f"{config.suite}_task{config.task_id}_{mode}__s{config.seed}__{os.getpid()}",
-        )
     if config.resume and not config.from_scratch:
         raise ValueError(
             "--resume continues a --from-scratch run only: the fine-tuning recipe and "
             "--bc-control start a new run from new demos and BC (--init-checkpoint, which "
             "--resume excludes)"
         )
-    config = dataclasses.replace(config, eval_episodes=len(_ids(config.eval_init_states)))
+    _check_init_states(config)
+    tasks = config.tasks()
+    deadline = None if config.budget_minutes is None else start + 60 * config.budget_minutes
+    if config.run_name is None:
+        which = "all" if config.task_id is None else f"task{config.task_id}"
+        name = f"{config.suite}_{which}_{_mode(config)}__s{config.seed}__{os.getpid()}"
+        config = dataclasses.replace(config, run_name=name)
+    episodes = len(tasks) * len(config.init_states("eval"))
+    config = dataclasses.replace(config, eval_episodes=episodes)
     run_dir = run_directory(config)  # the directory train() writes into (a resumed run's)
     log_file = RunLog(run_dir / "train.log")  # the whole job's log; train() writes into it
     try:
-        return _run(config, run_dir, deadline, start, load_start)
+        summary = _run(config, tasks, run_dir, deadline)
+        summary = _finish(summary, config, tasks, run_dir, start, load_start)
     finally:
         log_file.close()
+    summary["report"] = _report(summary)
+    with open(run_dir / "train.log", "a", encoding="utf-8") as log:
+        log.write(summary["report"] + "\n")  # the closing report, as printed
+    return summary
 
 
 def _run(
-    config: LiberoTrainConfig,
-    run_dir: Path,
-    deadline: float | None,
-    start: float,
-    load_start: tuple[float, float, float],
+    config: LiberoTrainConfig, tasks: list[int], run_dir: Path, deadline: float | None
 ) -> dict[str, Any]:
+    """The job's steps: warm start (or none), then RL (or the longer BC)."""
     logger.info(
-        "%s on %s task %d, %s",
+        "%s on %s %s, %s",
         "PPO from scratch"
         if config.from_scratch
         else "demos -> BC -> evaluate -> "
         + ("longer BC" if config.bc_control else "PPO fine-tuning")
         + " -> evaluate",
         config.suite,
-        config.task_id,
+        f"task {tasks[0]}" if len(tasks) == 1 else f"tasks {tasks[0]}-{tasks[-1]} (one policy)",
         "no time budget"
         if config.budget_minutes is None
         else f"all within {config.budget_minutes:g} min",
     )
-    extra: dict[str, Any] = {"mode": "finetune"}
+    factory = LiberoEnvFactory(config, tuple(tasks))
+    extra: dict[str, Any] = {}
     if config.from_scratch:
-        extra["mode"] = "scratch"
         config = dataclasses.replace(
             config,
             kl_coef=0.0,
@@ -405,25 +441,73 @@ def _run(
             self_imitation_steps=0,
         )
     else:
-        extra.update(_warm_start(config, run_dir, deadline))
+        extra.update(_warm_start(config, tasks, run_dir))
         config = dataclasses.replace(config, init_checkpoint=extra["bc"]["checkpoint"])
     if config.bc_control:
-        extra["mode"] = "bc_control"
-        summary = _bc_control(config, run_dir, deadline)
+        summary = _bc_control(config, factory, run_dir, deadline)
     else:
-        summary = train(dataclasses.replace(config, deadline=deadline), LiberoEnvFactory(config))
-    extra["total_wall_s"] = time.time() - start
-    extra["budget_minutes"] = config.budget_minutes
-    extra["loadavg_start"] = list(load_start)
-    extra["loadavg_end"] = list(os.getloadavg())
-    extra["cpu_count"] = os.cpu_count()
-    summary.update(extra)
-    summary["learning_curve"] = _plot_learning_curve(summary, run_dir / "learning_curve.png")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+        summary = train(dataclasses.replace(config, deadline=deadline), factory)
+    return {**summary, **extra}
 
 
-def _evaluate_checkpoint(config: LiberoTrainConfig, checkpoint: str) -> dict[str, Any]:
+def _finish(
+    summary: dict[str, Any],
+    config: LiberoTrainConfig,
+    tasks: list[int],
+    run_dir: Path,
+    start: float,
+    load_start: tuple[float, float, float],
+) -> dict[str, Any]:
+    """Order the summary (the pinned keys, the per-task rates, then the rest), move the
+    per-iteration curves to ``curves.json``, draw the pictures, write ``summary.json``."""
+    from pipelined_vec_env.libero import suites
+    from reference_trainer.libero_tasks import per_task_success
+
+    evaluations = summary.get("evaluations") or []
+    final = summary.get("final_eval")
+    first = evaluations[0] if evaluations and evaluations[0]["iteration"] == 0 else None
+
+    def per_task(entry: dict[str, Any] | None) -> list[float] | None:
+        if entry is None or not entry.get("successes"):
+            return None
+        return per_task_success(entry["successes"], len(tasks))
+
+    for entry in evaluations:
+        entry["success_rate_per_task"] = per_task(entry)
+    curves = {k: summary.pop(k) for k in ("return_curve", "success_curve") if k in summary}
+    (run_dir / "curves.json").write_text(json.dumps(curves))
+    ordered: dict[str, Any] = {key: summary.get(key) for key in SUMMARY_KEYS}
+    ordered.update(
+        {
+            "eval_success_rate_per_task_initial": per_task(first),
+            "eval_success_rate_per_task_final": per_task(final),
+            "suite": config.suite,
+            "tasks": tasks,
+            "language_instructions": [suites.get_task(config.suite, t).language for t in tasks],
+            "mode": _mode(config),
+            "init_states": {w: list(config.init_states(w)) for w in ("demo", "train", "eval")},
+            "global_step": summary.get("global_step"),
+            "total_wall_s": time.time() - start,
+            "budget_minutes": config.budget_minutes,
+            "loadavg_start": list(load_start),
+            "loadavg_end": list(os.getloadavg()),
+            "cpu_count": os.cpu_count(),
+            "run_dir": str(run_dir),
+        }
+    )
+    ordered.update({k: v for k, v in summary.items() if k not in ordered})
+    ordered["learning_curve"] = _plot_learning_curve(
+        ordered, curves, run_dir / "learning_curve.png"
+    )
+    ordered["per_task_plot"] = _plot_per_task(ordered, run_dir / "per_task.png")
+    ordered["curves"] = str(run_dir / "curves.json")
+    (run_dir / "summary.json").write_text(json.dumps(ordered, indent=2, default=str))
+    return ordered
+
+
+def _evaluate_checkpoint(
+    config: LiberoTrainConfig, factory: LiberoEnvFactory, checkpoint: str
+) -> dict[str, Any]:
     """Evaluate a BC checkpoint as the trainer does: on a 2-stage vector env's workers."""
     import torch
 
@@ -433,9 +517,13 @@ def _evaluate_checkpoint(config: LiberoTrainConfig, checkpoint: str) -> dict[str
     from reference_trainer.rollout import RolloutCollector
     from reference_trainer.vector_eval import evaluate_on_vector_env
 
-    factory = LiberoEnvFactory(config)
     device = torch.device("cpu")
-    envs = make_vector_env(factory, config.num_envs, num_stages=_fixed_stages(config))
+    envs = make_vector_env(
+        factory,
+        config.num_envs,
+        num_stages=_fixed_stages(config),
+        envs_per_worker=config.envs_per_worker,
+    )
     try:
         agent = ActorCritic(
             envs.single_observation_space,
@@ -465,88 +553,180 @@ def _evaluate_checkpoint(config: LiberoTrainConfig, checkpoint: str) -> dict[str
     }
 
 
-def _bc_control(config: LiberoTrainConfig, run_dir: Path, deadline: float | None) -> dict[str, Any]:
+def _bc_control(
+    config: LiberoTrainConfig, factory: LiberoEnvFactory, run_dir: Path, deadline: float | None
+) -> dict[str, Any]:
     """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate."""
-    from reference_trainer.bc import BCConfig, train_bc
-
     t0 = time.time()
-    before = _evaluate_checkpoint(config, str(config.init_checkpoint))
+    before = _evaluate_checkpoint(config, factory, str(config.init_checkpoint))
     eval_s = time.time() - t0
     left = 0.0 if deadline is None else deadline - time.time() - 1.2 * eval_s - 10
     minutes = max(0.1, left / 60)
-    bc = train_bc(
-        BCConfig(
-            demos=str(run_dir / "demos.hdf5"),
-            output=str(run_dir / "bc_long.pt"),
-            obs_keys=_obs_keys(config.state_features),
-            chunk_size=config.chunk_size,
-            hidden_sizes=tuple(config.hidden_sizes),
-            max_epochs=10**9,
-            patience=10**9,
-            max_minutes=minutes,
-            heldout=config.bc_heldout,
-            seed=config.seed,
-            torch_threads=1,
-        )
-    )
-    after = _evaluate_checkpoint(config, bc.checkpoint)
+    bc = _clone(config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes)
+    after = _evaluate_checkpoint(config, factory, bc["checkpoint"])
+    after["label"] = "after longer BC"
     return {
-        "run_dir": str(run_dir),
         "eval_success_rate_initial": before["success_rate"],
         "eval_success_rate_final": after["success_rate"],
         "eval_episodes": int(after["episodes"]),
         "evaluations": [before, after],
         "final_eval": after,
-        "bc_long": {**bc.metrics, "minutes": minutes},
+        "bc_long": {**bc, "minutes": minutes},
         "global_step": 0,
         "wall_s": time.time() - t0,
     }
 
 
-def _plot_learning_curve(summary: dict[str, Any], path: Path) -> str | None:
-    """Success rate and return against env steps: training episodes and evaluations."""
+def _plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: Path) -> str | None:
+    """Held-out success at every evaluation (the suite and each task) against env steps,
+    and the training episodes' success and return below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    evaluations = summary.get("evaluations") or []
-    fig, (ax_s, ax_r) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-
-    def smoothed(curve: list[Any]) -> tuple[Sequence[float], np.ndarray, int]:
-        # a training iteration ends ~1 episode per env: a moving mean over iterations
-        steps, values = zip(*curve, strict=True)
-        k = max(1, min(25, len(values) // 8))
-        return steps[k - 1 :], np.convolve(np.asarray(values), np.ones(k) / k, "valid"), k
-
-    panels = (  # (axes, training curve, evaluation key, evaluation label, y label)
-        (
-            ax_s,
-            "success_curve",
-            "success_rate",
-            "evaluation (deterministic, held-out)",
-            "success rate",
-        ),
-        (ax_r, "return_curve", "return_mean", "evaluation", "return per episode"),
+    evaluations = [e for e in summary.get("evaluations") or [] if "success_rate" in e]
+    fig, (ax_e, ax_t) = plt.subplots(
+        2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
-    for ax, curve_key, eval_key, eval_label, ylabel in panels:
-        curve = summary.get(curve_key) or []
-        if curve:
-            steps, smooth, k = smoothed(curve)
-            ax.plot(steps, smooth, label=f"training episodes (mean of {k} iterations)")
-        points = [(e["global_step"], e[eval_key]) for e in evaluations if eval_key in e]
-        if points:
-            # markers only: nothing was measured between two evaluations
-            ax.plot(*zip(*points, strict=True), "o", markersize=7, label=eval_label)
-        ax.set_ylabel(ylabel)
-        ax.legend(loc="best", fontsize=8)
-    ax_s.set_ylim(-0.05, 1.05)
-    ax_r.set_xlabel("env steps")
-    fig.suptitle(f"{summary.get('mode', '')}: {Path(summary['run_dir']).name}", fontsize=9)
+    if evaluations:
+        steps = [e["global_step"] for e in evaluations]
+        per_task = [e.get("success_rate_per_task") for e in evaluations]
+        if all(per_task) and len(per_task[0]) > 1:
+            for t in range(len(per_task[0])):
+                ax_e.plot(steps, [p[t] for p in per_task], color="0.8", lw=1, zorder=1)
+            ax_e.plot([], [], color="0.8", lw=1, label="each task")
+        ax_e.plot(
+            steps,
+            [e["success_rate"] for e in evaluations],
+            "o-",
+            color="C0",
+            lw=2.5,
+            markersize=8,
+            zorder=3,
+            label=f"suite mean ({summary['eval_episodes']} held-out episodes each)",
+        )
+        for x, e in zip(steps, evaluations, strict=True):
+            ax_e.annotate(
+                f"{e['success_rate']:.2f}",
+                (x, e["success_rate"]),
+                xytext=(0, 8),
+                textcoords="offset points",
+                ha="center",
+                fontsize=9,
+            )
+    ax_e.set_ylim(-0.05, 1.1)
+    ax_e.set_ylabel("held-out success rate")
+    ax_e.set_title(
+        "evaluation: deterministic policy, init states no demo or training used", fontsize=9
+    )
+    ax_e.legend(loc="lower right", fontsize=8)
+    curve = curves.get("success_curve") or []
+    if curve:
+        x, y = zip(*curve, strict=True)
+        k = max(1, min(25, len(y) // 8))
+        ax_t.plot(x[k - 1 :], np.convolve(np.asarray(y), np.ones(k) / k, "valid"), color="C1")
+        ax_t.set_ylim(-0.05, 1.05)
+    ax_t.set_ylabel("training episodes'\nsuccess (exploring)")
+    ax_t.set_xlabel("env steps")
+    fig.suptitle(f"{summary['mode']}: {Path(summary['run_dir']).name}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return str(path)
+
+
+def _plot_per_task(summary: dict[str, Any], path: Path) -> str | None:
+    """Each task's held-out success before and after as paired bars, labelled with its
+    language instruction."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    before = summary.get("eval_success_rate_per_task_initial")
+    after = summary.get("eval_success_rate_per_task_final")
+    if not before or not after:
+        return None
+    labels = [
+        f"{t}: {text}"
+        for t, text in zip(summary["tasks"], summary["language_instructions"], strict=True)
+    ]
+    y = np.arange(len(labels))[::-1]
+    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.5 * len(labels)))
+    after_label = "after longer BC" if summary["mode"] == "bc_control" else "after RL"
+    ax.barh(
+        y + 0.2,
+        before,
+        0.4,
+        color="0.65",
+        label=f"before (BC): suite {summary['eval_success_rate_initial']:.2f}",
+    )
+    ax.barh(
+        y - 0.2,
+        after,
+        0.4,
+        color="C0",
+        label=f"{after_label}: suite {summary['eval_success_rate_final']:.2f}",
+    )
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlim(0, 1.0)
+    ax.set_xlabel(
+        f"held-out success rate ({summary['eval_episodes'] // len(labels)} episodes per task)"
+    )
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+def _report(summary: dict[str, Any]) -> str:
+    """The closing report: success before and after, per task, steps, time, files."""
+
+    def fmt(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    label = "after longer BC" if summary["mode"] == "bc_control" else "after RL"
+    lines = [
+        "",
+        f"run directory: {summary['run_dir']} ({summary['mode']})",
+        f"success rate:  {fmt(summary['eval_success_rate_initial'])} before -> "
+        f"{fmt(summary['eval_success_rate_final'])} {label} "
+        f"({summary['eval_episodes']} deterministic episodes on held-out init states)",
+    ]
+    before = summary.get("eval_success_rate_per_task_initial") or []
+    after = summary.get("eval_success_rate_per_task_final") or []
+    if len(summary["tasks"]) > 1 and before and after:
+        for t, text, b, a in zip(
+            summary["tasks"], summary["language_instructions"], before, after, strict=True
+        ):
+            lines.append(f"  task {t}: {b:.2f} -> {a:.2f}  {text}")
+    if "demos" in summary:
+        d, b = summary["demos"], summary["bc"]
+        lines.append(
+            f"demos, BC:     {d['kept']} expert demos ({d['steps']:,} steps, {d['wall_s']:.0f} s); "
+            f"BC {b['wall_s']:.0f} s"
+        )
+    throughput = summary.get("throughput") or {}
+    if throughput.get("env_steps_per_s_rollout"):
+        lines.append(
+            f"training:      {summary['global_step']:,} env steps, "
+            f"{throughput['env_steps_per_s_rollout']:.0f} env steps/s in rollouts"
+        )
+    budget = summary["budget_minutes"]
+    lines.append(
+        f"whole command: {summary['total_wall_s']:.0f} s"
+        + ("" if budget is None else f" (budget {budget:g} min)")
+        + f", load average {summary['loadavg_end'][1]:.1f} at the end"
+    )
+    videos = [e["video"] for e in summary.get("evaluations", []) if e.get("video")]
+    if videos:
+        lines.append(f"videos:        {', '.join(videos)}")
+    pictures = [p for p in (summary.get("learning_curve"), summary.get("per_task_plot")) if p]
+    lines.append(f"pictures:      {', '.join(pictures)}")
+    lines.append(json.dumps({"summary": os.path.join(summary["run_dir"], "summary.json")}))
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -558,41 +738,7 @@ def main() -> None:
     if config.eval_video or config.cameras:
         # headless rendering; an explicit MUJOCO_GL (e.g. osmesa) wins
         os.environ.setdefault("MUJOCO_GL", "egl")
-    summary = run(config)
-
-    def fmt(value: float | None, spec: str = ".2f") -> str:
-        return "n/a" if value is None else format(value, spec)
-
-    n = summary["eval_episodes"]
-    print()
-    print(f"run directory:           {summary['run_dir']} ({summary['mode']})")
-    if "demos" in summary:
-        d, b = summary["demos"], summary["bc"]
-        print(
-            f"demos, BC:               {d['kept']} expert demos ({d['steps']} steps, {d['wall_s']:.0f} s); "
-            f"BC held-out action MSE {b['heldout_mse']:.4f} ({b['wall_s']:.0f} s)"
-        )
-    label = "after longer BC" if summary["mode"] == "bc_control" else "after RL"
-    print(
-        f"success rate:            {fmt(summary['eval_success_rate_initial'])} before -> "
-        f"{fmt(summary['eval_success_rate_final'])} {label}, {n} deterministic episodes "
-        f"from init states {config.eval_init_states}"
-    )
-    throughput = summary.get("throughput") or {}
-    if throughput:
-        print(
-            f"training:                {summary['global_step']} env steps, "
-            f"{fmt(throughput.get('env_steps_per_s_rollout'), '.1f')} env steps/s in rollouts, "
-            f"bubble {fmt(throughput.get('bubble_fraction'))}"
-        )
-    print(
-        f"whole command:           {summary['total_wall_s']:.0f} s (budget {summary['budget_minutes']} min)"
-    )
-    videos = [e["video"] for e in summary.get("evaluations", []) if e.get("video")]
-    if videos:
-        print(f"videos:                  {', '.join(videos)}")
-    print(f"learning curve:          {summary['learning_curve']}")
-    print(json.dumps({"summary": os.path.join(summary["run_dir"], "summary.json")}))
+    print(run(config)["report"])
 
 
 if __name__ == "__main__":

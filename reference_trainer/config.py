@@ -173,6 +173,9 @@ class TrainConfig:
     normaliser and critic). Optimiser and counters start fresh. Exclusive with --resume."""
     eval_every: int = 0
     """Evaluate every this many iterations (0: only at the end)."""
+    eval_every_minutes: float | None = None
+    """Evaluate again once this many minutes of training passed since the last
+    evaluation, if the deadline leaves room for it and the final one (None: never)."""
     eval_episodes: int = 10
     """Evaluation episodes, each from a fixed init state / seed (episode j: eval_seed + j)."""
     eval_seed: int = 10_000
@@ -188,14 +191,13 @@ class TrainConfig:
     tensorboard: bool = True
     """Write TensorBoard scalars to the run directory."""
     progress: bool = True
-    """Show a tqdm progress bar: of env steps, or of the seconds of the budget left at the
-    start when --max-minutes or --deadline ends the run (env steps as steps=; it stops
-    short of 100% when the rest of the budget is kept for the final evaluation). Its
-    fields, from the last rollout: ret (mean
-    return of the training episodes that ended in it), succ (their success rate: the
-    exploring policy on training init states, not the evaluation), sps (env steps per
-    second of rollout wall time), bubble (fraction of that time the policy sat idle).
-    During an evaluation the bar shows how many of its episodes are done."""
+    """Show a tqdm progress bar: of env steps, or, when --max-minutes or --deadline ends
+    the run, of the seconds of its time budget (env steps then as steps=); it ends full
+    at the seconds the run took. Its fields, from the last rollout: ret (mean return of
+    the training episodes that ended in it), succ (their success rate: the exploring
+    policy on training init states, not the evaluation), sps (env steps per second of
+    rollout wall time), bubble (fraction of that time the policy sat idle). During an
+    evaluation it shows how many of the evaluation's episodes are done."""
     profile: bool = False
     """Profile the rollouts (updates and evaluations left out): write trace.json (Perfetto /
     chrome://tracing), timeline.png and profile.json (the summary) into the run directory

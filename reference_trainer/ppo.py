@@ -152,6 +152,57 @@ def _index_obs(obs: ObsBatch, index: torch.Tensor) -> ObsBatch:
     return map_obs(obs, lambda value: value[index])
 
 
+_MINIBATCH_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "kl_ref")
+
+
+def _minibatch_losses(
+    agent: ActorCritic,
+    obs: ObsBatch,
+    actions: torch.Tensor,
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    hp: PPOHyperparameters,
+    reference: ActorCritic | None,
+) -> dict[str, torch.Tensor]:
+    """One minibatch's clipped surrogate, (clipped) value loss, mean entropy, KL to
+    ``reference`` (0 without one) and, without gradient, approx KL and clip fraction."""
+    new_logprob, entropy, new_value = agent.evaluate(obs, actions)
+    log_ratio = new_logprob - logprobs
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > hp.clip_coef).float().mean()
+    adv = advantages
+    if hp.norm_adv and adv.numel() > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    surrogate = torch.max(
+        -adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)
+    )
+    if hp.clip_vloss:
+        clipped = values + torch.clamp(new_value - values, -hp.clip_coef, hp.clip_coef)
+        value_loss = (
+            0.5 * torch.max((new_value - returns).pow(2), (clipped - returns).pow(2)).mean()
+        )
+    else:
+        value_loss = 0.5 * (new_value - returns).pow(2).mean()
+    kl_ref = torch.zeros(())
+    if reference is not None:
+        mean, log_std = agent.distribution(obs)
+        with torch.no_grad():
+            ref_mean, ref_log_std = reference.distribution(obs)
+        kl_ref = gaussian_kl(mean, log_std, ref_mean, ref_log_std).mean()
+    return {
+        "policy_loss": surrogate.mean(),
+        "value_loss": value_loss,
+        "entropy": entropy.mean(),
+        "approx_kl": approx_kl,
+        "clip_fraction": clip_fraction,
+        "kl_ref": kl_ref,
+    }
+
+
 def ppo_update(
     agent: ActorCritic,
     optimizer: torch.optim.Optimizer,
@@ -214,68 +265,36 @@ def ppo_update(
     epochs_run = 0
     for _epoch in range(hp.update_epochs):
         epochs_run += 1
-        stats = {
-            k: []
-            for k in (
-                "policy_loss",
-                "value_loss",
-                "entropy",
-                "approx_kl",
-                "clip_fraction",
-                "kl_ref",
-            )
-        }
+        stats = {k: [] for k in _MINIBATCH_STATS}
         order = torch.randperm(batch_size, generator=generator).to(advantages.device)
         for start in range(0, minibatch_size * hp.num_minibatches, minibatch_size):
             index = order[start : start + minibatch_size]
-            new_logprob, entropy, new_value = agent.evaluate(_index_obs(obs, index), actions[index])
-            log_ratio = new_logprob - logprobs[index]
-            ratio = log_ratio.exp()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                clip_fraction = ((ratio - 1.0).abs() > hp.clip_coef).float().mean()
-            adv = advantages[index]
-            if hp.norm_adv and adv.numel() > 1:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            surrogate = torch.max(
-                -adv * ratio, -adv * torch.clamp(ratio, 1 - hp.clip_coef, 1 + hp.clip_coef)
+            losses = _minibatch_losses(
+                agent,
+                _index_obs(obs, index),
+                actions[index],
+                logprobs[index],
+                advantages[index],
+                returns[index],
+                values[index],
+                hp,
+                reference if update_actor else None,
             )
-            policy_loss = surrogate.mean()
-            if hp.clip_vloss:
-                clipped = values[index] + torch.clamp(
-                    new_value - values[index], -hp.clip_coef, hp.clip_coef
-                )
-                value_loss = (
-                    0.5
-                    * torch.max(
-                        (new_value - returns[index]).pow(2), (clipped - returns[index]).pow(2)
-                    ).mean()
-                )
-            else:
-                value_loss = 0.5 * (new_value - returns[index]).pow(2).mean()
-            entropy_mean = entropy.mean()
-            kl_ref = torch.zeros(())
-            if reference is not None and update_actor:
-                mb_obs = _index_obs(obs, index)
-                mean, log_std = agent.distribution(mb_obs)
-                with torch.no_grad():
-                    ref_mean, ref_log_std = reference.distribution(mb_obs)
-                kl_ref = gaussian_kl(mean, log_std, ref_mean, ref_log_std).mean()
             if update_actor:
-                loss = policy_loss - hp.ent_coef * entropy_mean + hp.vf_coef * value_loss
-                loss = loss + kl_coef * kl_ref
+                loss = (
+                    losses["policy_loss"]
+                    - hp.ent_coef * losses["entropy"]
+                    + hp.vf_coef * losses["value_loss"]
+                    + kl_coef * losses["kl_ref"]
+                )
             else:
-                loss = hp.vf_coef * value_loss
+                loss = hp.vf_coef * losses["value_loss"]
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(agent.parameters(), hp.max_grad_norm)
             optimizer.step()
-            stats["policy_loss"].append(policy_loss.item())
-            stats["value_loss"].append(value_loss.item())
-            stats["entropy"].append(entropy_mean.item())
-            stats["approx_kl"].append(approx_kl.item())
-            stats["clip_fraction"].append(clip_fraction.item())
-            stats["kl_ref"].append(kl_ref.detach().item())
+            for key in _MINIBATCH_STATS:
+                stats[key].append(losses[key].detach().item())
         if hp.target_kl is not None and np.mean(stats["approx_kl"]) > hp.target_kl:
             break
     result = {key: float(np.mean(values_)) for key, values_ in stats.items()}

@@ -92,11 +92,20 @@ class TrainingBar:
         """Count ``env_steps`` more and show ``postfix`` (a time bar adds the step count)."""
         self._steps += env_steps
         if self.by_time:
-            self._bar.set_postfix({"steps": self._steps, **postfix}, refresh=False)
+            self._bar.set_postfix({"steps": f"{self._steps:,}", **postfix}, refresh=False)
             self.tick()
         else:
             self._bar.set_postfix(postfix, refresh=False)
             self._bar.update(env_steps)
+
+    def episodes(self, done: int, total: int) -> None:
+        """Show an evaluation's progress, ``done`` of ``total`` episodes, after the label
+        (the bar itself keeps counting env steps or budget seconds)."""
+        self._bar.set_postfix_str(f"{done}/{total} evaluation episodes", refresh=False)
+        if self.by_time:
+            self.tick()
+        else:
+            self._bar.refresh()
 
     def end(self, why: str) -> None:
         """Label the bar with ``why`` training stopped early (the final evaluation still
@@ -120,6 +129,8 @@ class TrainingBar:
         if label is not None and not self._bar.disable:
             self._bar.set_description(label, refresh=False)
             if self.by_time:
+                # the run is over: the bar ends full at the seconds it took
                 self._to_now()
+                self._bar.total = max(1, self._bar.n)
         self._bar.close()
         self._redirect.close()

@@ -19,6 +19,7 @@ import math
 import platform
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -242,8 +243,46 @@ def _curve_ends(history: list[dict[str, float]], key: str) -> tuple[float | None
     return float(np.mean(points[:k])), float(np.mean(points[-k:]))
 
 
+@dataclass
+class _Run:
+    """What the phases of one training run share: its parts and its counters."""
+
+    config: TrainConfig
+    factory: EnvFactory
+    device: torch.device
+    run_dir: Path
+    envs: Any
+    agent: ActorCritic
+    reference: ActorCritic | None
+    optimizer: torch.optim.Optimizer
+    scaler: RewardScaler | None
+    collector: RolloutCollector | DecoupledRolloutCollector
+    hp: PPOHyperparameters
+    shuffle: torch.Generator
+    successes: SuccessBuffer | None
+    imitation_optimizer: Any
+    imitation_draws: torch.Generator
+    num_iterations: int
+    steps_per_iteration: int
+    profiler: Any = None
+    writer: Any = None
+    progress: TrainingBar | None = None
+    iteration: int = 0
+    global_step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    wall_before: float = 0.0
+    start: float = 0.0
+    recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+
+
 def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[str, Any]:
     """Train PPO and return the run summary (also written to ``<run_dir>/summary.json``).
+
+    The phases, each a function below: set-up (envs, agent, collector, a resumed run's
+    state), then per iteration rollout, update, self-imitation, logging, checkpoint and
+    evaluation, until ``total_timesteps``, ``deadline``, ``max_minutes`` or
+    ``stop_return`` ends training; then the final evaluation, checkpoint and summary.
 
     Args:
         config: the run configuration.
@@ -266,431 +305,564 @@ def train(config: TrainConfig, env_factory: EnvFactory | None = None) -> dict[st
         )
     factory: EnvFactory = env_factory or GymEnvFactory(config.env_id)
     device = resolve_device(config.device)
-    resume_from = find_checkpoint(config.resume) if config.resume else None
-    init_from = find_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     config, auto_layout = resolve_layout(config, factory, device)  # --num-stages auto
     run_dir = run_directory(config)
     # what the console logs, kept with the run (into the caller's copy if it opened one)
     log_file = RunLog(run_dir / "train.log")
-    writer = None
-    progress = None
-    collector: RolloutCollector | DecoupledRolloutCollector | None = None
-    envs = None
+    parts = _Parts()
     try:
-        workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
-        torch.set_num_threads(config.resolved_torch_threads(workers))
-        torch.manual_seed(config.seed)
-        np.random.seed(config.seed)
-        saved = {
-            **dataclasses.asdict(config),
-            **({"auto_layout": auto_layout} if auto_layout else {}),
-        }
-        (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
-        logger.info(
-            "run directory %s, device %s, %d torch threads",
-            run_dir,
-            device,
-            torch.get_num_threads(),
-        )
-
-        decisions_per_iteration = config.num_steps * config.num_envs
-        if decisions_per_iteration < config.num_minibatches:
-            raise ValueError(
-                f"num_steps * num_envs = {decisions_per_iteration} < num_minibatches = {config.num_minibatches}"
-            )
-        steps_per_iteration = decisions_per_iteration * factory.steps_per_decision
-        num_iterations = max(1, math.ceil(config.total_timesteps / steps_per_iteration))
-        hp = PPOHyperparameters(
-            update_epochs=config.update_epochs,
-            num_minibatches=config.num_minibatches,
-            clip_coef=config.clip_coef,
-            clip_vloss=config.clip_vloss,
-            norm_adv=config.norm_adv,
-            ent_coef=config.ent_coef,
-            vf_coef=config.vf_coef,
-            max_grad_norm=config.max_grad_norm,
-            target_kl=config.target_kl,
-        )
-
-        envs = make_vector_env(
-            factory,
-            config.num_envs,
-            num_stages=config.num_stages,
-            envs_per_worker=config.envs_per_worker,
-            cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
-            worker_nice=config.worker_nice,
-            max_restarts=config.max_restarts,
-            step_deadline=config.step_deadline,
-            backend=config.backend,
-            ray_options=(
-                {"address": config.ray_address, "num_cpus": config.ray_num_cpus}
-                if config.backend == "ray"
-                else None
-            ),
-            profile=config.profile,
-        )
-        profiler = envs.unwrapped.profiler if config.profile else None
-        if profiler is not None:
-            profiler.pause()  # only the rollouts are recorded (see recording())
-        agent = ActorCritic.from_config(
-            config, envs.single_observation_space, envs.single_action_space
-        ).to(device)
-        if init_from is not None:
-            init_info = load_init_checkpoint(agent, init_from, device)
-            logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)
-        if config.init_log_std_per_dim:
-            _set_log_std(agent, config.init_log_std_per_dim)
-        agent.set_explore_dims(config.explore_dims)
-        # the warm start, frozen: the KL term's reference
-        reference = (
-            copy.deepcopy(agent).requires_grad_(False).eval() if config.kl_coef > 0 else None
-        )
-        optimizer = torch.optim.Adam(_param_groups(agent, config), eps=1e-5)
-        scaler = RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None
-        common = {
-            "noise_seed": config.seed,
-            "steps_info_key": factory.steps_info_key,
-            "steps_per_decision": factory.steps_per_decision,
-        }
-        if config.decoupled:
-            collector = DecoupledRolloutCollector(
-                envs,
-                agent,
-                config.num_steps,
-                device,
-                num_actors=config.num_actors,
-                rollout_queue_size=config.rollout_queue_size,
-                max_wait=config.max_wait,
-                **common,
-            )
-        else:
-            collector = RolloutCollector(
-                envs,
-                agent,
-                config.num_steps,
-                device,
-                pipelined=config.pipelined,
-                stage_order=config.stage_order,
-                **common,
-            )
-        shuffle = torch.Generator()
-        shuffle.manual_seed(config.seed)
-        successes, imitation_optimizer, imitation_draws = _self_imitation_parts(agent, config)
-        iteration, global_step, history, evaluations = 0, 0, [], []
-        wall_before = 0.0
-        if resume_from is not None:
-            state = load_checkpoint(resume_from, device)
-            agent.load_state_dict(state["agent"])
-            optimizer.load_state_dict(state["optimizer"])
-            if scaler is not None and state.get("reward_scaler") is not None:
-                scaler.load_state_dict(state["reward_scaler"])
-            collector.set_generator_state(state["noise_generator"].cpu())
-            shuffle.set_state(state["shuffle_generator"].cpu())
-            iteration, global_step = state["iteration"], state["global_step"]
-            history, evaluations = state["history"], state["evaluations"]
-            wall_before = state.get("wall_s", 0.0)
-            if successes is not None and state.get("self_imitation") is not None:
-                successes.load_state_dict(state["self_imitation"]["buffer"])
-                imitation_optimizer.load_state_dict(state["self_imitation"]["optimizer"])
-                imitation_draws.set_state(state["self_imitation"]["generator"].cpu())
-            if reference is not None:
-                if state.get("kl_reference") is None:
-                    raise ValueError(
-                        f"--resume {resume_from}: --kl-coef > 0 but the checkpoint holds no KL "
-                        "reference (the run was trained without the KL term); resume with "
-                        "--kl-coef 0 or start a new run with --init-checkpoint"
-                    )
-                reference.load_state_dict(state["kl_reference"])
-            logger.info(
-                "resumed from %s at iteration %d, step %d", resume_from, iteration, global_step
-            )
-        # a resumed run must not replay the first run's episodes: offset the env seeds
-        collector.reset(seed=config.seed + iteration * config.num_envs)
-
-        if config.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            writer = SummaryWriter(str(run_dir))
-        budgets = [60.0 * config.max_minutes] if config.max_minutes is not None else []
-        if config.deadline is not None:
-            budgets.append(config.deadline - time.time())
-        progress = TrainingBar(
-            num_iterations * steps_per_iteration,
-            global_step,
-            min(budgets) if budgets else None,
-            "train" if not budgets else "train (stops at its time budget)",
-            config.progress,
-        )
-        recent_returns: deque[float] = deque(
-            (r for h in history for r in h.get("_returns", [])), maxlen=10
-        )
-        start = time.perf_counter()
-
-        def save(path: Path) -> None:
-            save_checkpoint(
-                path,
-                {
-                    "agent": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "reward_scaler": None if scaler is None else scaler.state_dict(),
-                    "noise_generator": collector.generator_state(),
-                    "shuffle_generator": shuffle.get_state(),
-                    "iteration": iteration,
-                    "global_step": global_step,
-                    "history": history,
-                    "evaluations": evaluations,
-                    # the KL term's frozen warm start: a resumed run pulls towards it too
-                    "kl_reference": None if reference is None else reference.state_dict(),
-                    "self_imitation": None
-                    if successes is None
-                    else {
-                        "buffer": successes.state_dict(),
-                        "optimizer": imitation_optimizer.state_dict(),
-                        "generator": imitation_draws.get_state(),
-                    },
-                    "wall_s": wall_before + time.perf_counter() - start,
-                    "config": dataclasses.asdict(config),
-                },
-            )
-
-        def run_evaluation(video: bool, then_train: bool = False) -> dict[str, Any]:
-            eval_start = time.perf_counter()
-            assert progress is not None
-            what = "before any update" if iteration == 0 else f"at iteration {iteration}"
-            logger.info(
-                "evaluating %s: %d deterministic episodes on the %d envs",
-                what,
-                config.eval_episodes,
-                config.num_envs,
-            )
-            progress.describe(f"eval {what} ({config.eval_episodes} episodes)")
-
-            def on_rollout(done: int) -> None:
-                assert progress is not None
-                progress.describe(f"eval {what} ({done}/{config.eval_episodes} episodes)")
-
-            agent.eval()
-            assert collector is not None
-            if isinstance(collector, DecoupledRolloutCollector):
-                # through the channel on the training envs, which restart for training after
-                result = collector.evaluate(
-                    factory,
-                    config.eval_episodes,
-                    config.eval_seed,
-                    then_reset_seed=config.seed + iteration * config.num_envs
-                    if then_train
-                    else None,
-                )
-            else:
-                # on the training envs, all workers in parallel, then back to training
-                result = evaluate_on_vector_env(
-                    collector,
-                    factory,
-                    config.eval_episodes,
-                    config.eval_seed,
-                    then_reset_seed=config.seed + iteration * config.num_envs
-                    if then_train
-                    else None,
-                    on_rollout=on_rollout,
-                )
-            video_start = time.perf_counter()
-            if video:
-                progress.describe(f"eval {what}: recording a video of one episode")
-                path = run_dir / "videos" / f"eval_iter{iteration:05d}.mp4"
-                result.video_path = record_video(
-                    agent, factory, device, path, config.eval_seed, config.video_fps
-                )
-            video_s = time.perf_counter() - video_start
-            agent.train()
-            if successes is not None:
-                successes.discard_pending()  # the envs start new episodes after an evaluation
-            progress.describe(progress.label)
-            entry = {"iteration": iteration, "global_step": global_step, **result.as_scalars()}
-            entry["video"] = result.video_path
-            entry["wall_s"] = time.perf_counter() - eval_start
-            entry["video_s"] = video_s
-            entry["length_max"] = max(result.lengths, default=0)
-            if result.successes is not None:
-                entry["successes"] = [bool(v) for v in result.successes]
-            evaluations.append(entry)
-            logger.info(
-                "evaluation at iteration %d (%d env steps): success %s, return %.3f, %d episodes, %.0f s",
-                iteration,
-                global_step,
-                "n/a" if "success_rate" not in entry else f"{entry['success_rate']:.2f}",
-                entry["return_mean"],
-                entry["episodes"],
-                entry["wall_s"],
-            )
-            if writer is not None:
-                for key, value in result.as_scalars().items():
-                    writer.add_scalar(f"eval/{key}", value, global_step)
-            return entry
-
-        stopped_early = False
-        if config.eval_at_start and resume_from is None and config.eval_episodes > 0:
-            run_evaluation(video=config.eval_video, then_train=True)
-        iteration_s, recent_sps = 0.0, None
-        longest_episode = max((int(e.get("length_max", 0)) for e in evaluations), default=0)
-        while iteration < num_iterations:
-            final_eval_s = _final_eval_estimate(
-                evaluations, config.eval_episodes, config.num_envs, longest_episode, recent_sps
-            )
-            if config.deadline is not None and _past_deadline(
-                config.deadline, iteration_s, final_eval_s
-            ):
-                progress.end("deadline reached; final evaluation next")
-                logger.info("stopping training to finish the final evaluation by the deadline")
-                stopped_early = True
-                break
-            iteration_start = time.perf_counter()
-            iteration += 1
-            if config.anneal_lr:
-                frac = 1.0 - (iteration - 1) / num_iterations
-                for group in optimizer.param_groups:
-                    group["lr"] = frac * group["initial_lr"]
-
-            with recording(profiler):
-                rollout = collector.collect()
-            global_step += rollout.timings.env_steps
-
-            t0 = time.perf_counter()
-            advantages, returns = _advantages(rollout, scaler, config, device)
-            warming_up = iteration <= config.value_warmup_iterations
-            kl_coef = config.kl_coef * config.kl_decay ** max(
-                0, iteration - 1 - config.value_warmup_iterations
-            )
-            if config.kl_coef > 0:
-                kl_coef = max(kl_coef, config.kl_coef_min)
-            losses = ppo_update(
-                agent,
-                optimizer,
-                _flatten(rollout.obs),
-                _flatten(rollout.actions),
-                rollout.logprobs.reshape(-1),
-                advantages.reshape(-1),
-                returns.reshape(-1),
-                rollout.values.reshape(-1),
-                hp,
-                shuffle,
-                update_actor=not warming_up,
-                reference=reference,
-                kl_coef=kl_coef,
-            )
-            imitation: dict[str, float] = {}
-            if successes is not None:
-                successes.add(rollout)
-                if not warming_up:
-                    imitation = self_imitation_update(
-                        agent,
-                        imitation_optimizer,
-                        successes,
-                        steps=config.self_imitation_steps,
-                        batch_size=config.self_imitation_batch_size,
-                        generator=imitation_draws,
-                        max_grad_norm=config.max_grad_norm,
-                    ).as_scalars()
-                else:
-                    imitation = {"episodes": float(successes.num_episodes)}
-            # statistics change after the update so the update saw the rollout's inputs
-            if not config.freeze_obs_norm:
-                agent.update_obs_rms(_flatten(rollout.obs))
-            update_s = time.perf_counter() - t0
-
-            episodes = summarize_episodes(rollout.episodes)
-            longest_episode = max([longest_episode, *(r.length for r in rollout.episodes)])
-            if rollout.timings.rollout_s > 0:
-                recent_sps = rollout.timings.env_steps / rollout.timings.rollout_s
-            recent_returns.extend(r.episode_return for r in rollout.episodes)
-            timings = rollout.timings.as_scalars()
-            entry: dict[str, Any] = {
-                "iteration": iteration,
-                "global_step": global_step,
-                "update_s": update_s,
-                "learning_rate": optimizer.param_groups[0]["lr"],
-                "kl_coef": kl_coef,
-                "value_warmup": float(warming_up),
-                "policy_std_mean": float(agent.actor_log_std.detach().exp().mean()),
-                **{f"rollout/{k}": v for k, v in timings.items()},
-                **{f"train/{k}": v for k, v in losses.items()},
-                **{f"episode/{k}": v for k, v in episodes.items()},
-                **{f"self_imitation/{k}": v for k, v in imitation.items()},
-                "_returns": [r.episode_return for r in rollout.episodes],
-            }
-            history.append(entry)
-            if writer is not None:
-                for key, value in entry.items():
-                    if key not in ("iteration", "global_step") and not key.startswith("_"):
-                        writer.add_scalar(key, value, global_step)
-            postfix = {
-                "ret": f"{episodes['return_mean']:.3g}" if "return_mean" in episodes else "-",
-                "sps": f"{timings['env_steps_per_s']:.0f}",
-                "bubble": f"{timings['bubble_fraction']:.2f}",
-            }
-            if "success_rate" in episodes:
-                postfix["succ"] = f"{episodes['success_rate']:.2f}"
-            progress.advance(rollout.timings.env_steps, postfix)
-
-            if config.checkpoint_every and iteration % config.checkpoint_every == 0:
-                save(run_dir / "checkpoints" / CHECKPOINT_NAME)
-            if (
-                config.eval_every
-                and iteration % config.eval_every == 0
-                and iteration < num_iterations
-            ):
-                run_evaluation(video=False, then_train=True)
-            iteration_s = time.perf_counter() - iteration_start
-            if (
-                config.max_minutes is not None
-                and (time.perf_counter() - start) >= 60 * config.max_minutes
-            ):
-                logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
-                stopped_early = True
-                progress.end(f"time budget of {config.max_minutes:g} min reached")
-                break
-            if (
-                config.stop_return is not None
-                and len(recent_returns) == recent_returns.maxlen
-                and float(np.mean(recent_returns)) >= config.stop_return
-            ):
-                logger.info(
-                    "mean return of the last 10 episodes reached %s; stopping", config.stop_return
-                )
-                stopped_early = True
-                break
-
-        profile = write_profile(profiler, run_dir) if profiler is not None else None
-        final_eval = run_evaluation(video=config.eval_video) if config.eval_episodes > 0 else None
-        progress.close("done" if final_eval is None else "done: final evaluation")
-        save(run_dir / "checkpoints" / CHECKPOINT_NAME)
-        wall_s = wall_before + time.perf_counter() - start
-        summary = _summary(
-            config,
-            run_dir,
-            device,
-            iteration,
-            global_step,
-            wall_s,
-            history,
-            evaluations,
-            final_eval,
-            stopped_early,
-        )
+        run = _set_up(config, factory, device, run_dir, auto_layout, parts)
+        summary = _train_loop(run)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        if profile is not None:
-            where = f"{run_dir}/trace.json, timeline.png, profile.json"
-            print(f"profile ({where}): {profile['bottleneck_reason']}")
         return summary
     finally:
-        if progress is not None:
-            progress.close()
-        if writer is not None:
-            writer.close()
-        if isinstance(collector, DecoupledRolloutCollector):
-            collector.close()
-        if envs is not None:
-            envs.close()
+        parts.close()
         log_file.close()
+
+
+@dataclass
+class _Parts:
+    """What a run opens, closed in reverse whatever happens (bar, TensorBoard, envs)."""
+
+    envs: Any = None
+    collector: Any = None
+    writer: Any = None
+    progress: TrainingBar | None = None
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+        if self.writer is not None:
+            self.writer.close()
+        if isinstance(self.collector, DecoupledRolloutCollector):
+            self.collector.close()
+        if self.envs is not None:
+            self.envs.close()
+
+
+# -- set-up --------------------------------------------------------------------------------
+
+
+def _set_up(
+    config: TrainConfig,
+    factory: EnvFactory,
+    device: torch.device,
+    run_dir: Path,
+    auto_layout: dict[str, Any] | None,
+    parts: _Parts,
+) -> _Run:
+    """Seed, save the config, build the envs, agent, optimiser and collector, load a
+    resumed run's state, reset the envs and open the bar and TensorBoard."""
+    resume_from = find_checkpoint(config.resume) if config.resume else None
+    init_from = find_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
+    workers = num_env_workers(config.num_envs, config.num_stages, config.envs_per_worker)
+    torch.set_num_threads(config.resolved_torch_threads(workers))
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    saved = {**dataclasses.asdict(config), **({"auto_layout": auto_layout} if auto_layout else {})}
+    (run_dir / "config.json").write_text(json.dumps(saved, indent=2))
+    logger.info(
+        "run directory %s, device %s, %d torch threads", run_dir, device, torch.get_num_threads()
+    )
+    decisions_per_iteration = config.num_steps * config.num_envs
+    if decisions_per_iteration < config.num_minibatches:
+        raise ValueError(
+            f"num_steps * num_envs = {decisions_per_iteration} < num_minibatches = {config.num_minibatches}"
+        )
+    steps_per_iteration = decisions_per_iteration * factory.steps_per_decision
+    parts.envs = envs = _make_envs(config, factory)
+    profiler = envs.unwrapped.profiler if config.profile else None
+    if profiler is not None:
+        profiler.pause()  # only the rollouts are recorded (see recording())
+    agent, reference = _make_agent(config, envs, init_from, device)
+    parts.collector = collector = _make_collector(config, factory, envs, agent, device)
+    shuffle = torch.Generator()
+    shuffle.manual_seed(config.seed)
+    successes, imitation_optimizer, imitation_draws = _self_imitation_parts(agent, config)
+    run = _Run(
+        config=config,
+        factory=factory,
+        device=device,
+        run_dir=run_dir,
+        envs=envs,
+        agent=agent,
+        reference=reference,
+        optimizer=torch.optim.Adam(_param_groups(agent, config), eps=1e-5),
+        scaler=RewardScaler(config.num_envs, config.gamma) if config.normalize_reward else None,
+        collector=collector,
+        hp=_hyperparameters(config),
+        shuffle=shuffle,
+        successes=successes,
+        imitation_optimizer=imitation_optimizer,
+        imitation_draws=imitation_draws,
+        num_iterations=max(1, math.ceil(config.total_timesteps / steps_per_iteration)),
+        steps_per_iteration=steps_per_iteration,
+        profiler=profiler,
+    )
+    if resume_from is not None:
+        _resume(run, resume_from)
+    # a resumed run must not replay the first run's episodes: offset the env seeds
+    collector.reset(seed=config.seed + run.iteration * config.num_envs)
+    if config.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        parts.writer = run.writer = SummaryWriter(str(run_dir))
+    parts.progress = run.progress = _progress_bar(run)
+    run.recent_returns.extend(r for h in run.history for r in h.get("_returns", []))
+    run.start = time.perf_counter()
+    return run
+
+
+def _hyperparameters(config: TrainConfig) -> PPOHyperparameters:
+    return PPOHyperparameters(
+        update_epochs=config.update_epochs,
+        num_minibatches=config.num_minibatches,
+        clip_coef=config.clip_coef,
+        clip_vloss=config.clip_vloss,
+        norm_adv=config.norm_adv,
+        ent_coef=config.ent_coef,
+        vf_coef=config.vf_coef,
+        max_grad_norm=config.max_grad_norm,
+        target_kl=config.target_kl,
+    )
+
+
+def _make_envs(config: TrainConfig, factory: EnvFactory) -> Any:
+    return make_vector_env(
+        factory,
+        config.num_envs,
+        num_stages=config.num_stages,
+        envs_per_worker=config.envs_per_worker,
+        cpu_affinity=None if config.cpu_affinity == "none" else config.cpu_affinity,
+        worker_nice=config.worker_nice,
+        max_restarts=config.max_restarts,
+        step_deadline=config.step_deadline,
+        backend=config.backend,
+        ray_options=(
+            {"address": config.ray_address, "num_cpus": config.ray_num_cpus}
+            if config.backend == "ray"
+            else None
+        ),
+        profile=config.profile,
+    )
+
+
+def _make_agent(
+    config: TrainConfig, envs: Any, init_from: Path | None, device: torch.device
+) -> tuple[ActorCritic, ActorCritic | None]:
+    """The agent (from the init checkpoint if any, with the set std and exploring
+    dimensions) and, with the KL term, its frozen copy: the KL term's reference."""
+    agent = ActorCritic.from_config(
+        config, envs.single_observation_space, envs.single_action_space
+    ).to(device)
+    if init_from is not None:
+        init_info = load_init_checkpoint(agent, init_from, device)
+        logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)
+    if config.init_log_std_per_dim:
+        _set_log_std(agent, config.init_log_std_per_dim)
+    agent.set_explore_dims(config.explore_dims)
+    reference = copy.deepcopy(agent).requires_grad_(False).eval() if config.kl_coef > 0 else None
+    return agent, reference
+
+
+def _make_collector(
+    config: TrainConfig, factory: EnvFactory, envs: Any, agent: ActorCritic, device: torch.device
+) -> RolloutCollector | DecoupledRolloutCollector:
+    common = {
+        "noise_seed": config.seed,
+        "steps_info_key": factory.steps_info_key,
+        "steps_per_decision": factory.steps_per_decision,
+    }
+    if config.decoupled:
+        return DecoupledRolloutCollector(
+            envs,
+            agent,
+            config.num_steps,
+            device,
+            num_actors=config.num_actors,
+            rollout_queue_size=config.rollout_queue_size,
+            max_wait=config.max_wait,
+            **common,
+        )
+    return RolloutCollector(
+        envs,
+        agent,
+        config.num_steps,
+        device,
+        pipelined=config.pipelined,
+        stage_order=config.stage_order,
+        **common,
+    )
+
+
+def _resume(run: _Run, path: Path) -> None:
+    """Load a checkpoint's weights, optimisers, generators and counters into ``run``.
+
+    Raises:
+        ValueError: if the run has the KL term and the checkpoint no KL reference.
+    """
+    state = load_checkpoint(path, run.device)
+    run.agent.load_state_dict(state["agent"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    if run.scaler is not None and state.get("reward_scaler") is not None:
+        run.scaler.load_state_dict(state["reward_scaler"])
+    run.collector.set_generator_state(state["noise_generator"].cpu())
+    run.shuffle.set_state(state["shuffle_generator"].cpu())
+    run.iteration, run.global_step = state["iteration"], state["global_step"]
+    run.history, run.evaluations = state["history"], state["evaluations"]
+    run.wall_before = state.get("wall_s", 0.0)
+    imitation = state.get("self_imitation")
+    if run.successes is not None and imitation is not None:
+        run.successes.load_state_dict(imitation["buffer"])
+        run.imitation_optimizer.load_state_dict(imitation["optimizer"])
+        run.imitation_draws.set_state(imitation["generator"].cpu())
+    if run.reference is not None:
+        if state.get("kl_reference") is None:
+            raise ValueError(
+                f"--resume {path}: --kl-coef > 0 but the checkpoint holds no KL "
+                "reference (the run was trained without the KL term); resume with "
+                "--kl-coef 0 or start a new run with --init-checkpoint"
+            )
+        run.reference.load_state_dict(state["kl_reference"])
+    logger.info("resumed from %s at iteration %d, step %d", path, run.iteration, run.global_step)
+
+
+def _progress_bar(run: _Run) -> TrainingBar:
+    config = run.config
+    budgets = [60.0 * config.max_minutes] if config.max_minutes is not None else []
+    if config.deadline is not None:
+        budgets.append(config.deadline - time.time())
+    return TrainingBar(
+        run.num_iterations * run.steps_per_iteration,
+        run.global_step,
+        min(budgets) if budgets else None,
+        "train" if not budgets else "train (stops at its time budget)",
+        config.progress,
+    )
+
+
+# -- the loop ------------------------------------------------------------------------------
+
+
+def _train_loop(run: _Run) -> dict[str, Any]:
+    """Evaluate first (if asked), iterate until a limit ends training, evaluate, save and
+    return the summary."""
+    config = run.config
+    stopped_early = False
+    if config.eval_at_start and not config.resume and config.eval_episodes > 0:
+        _evaluate(run, video=config.eval_video, then_train=True)
+    iteration_s, recent_sps, evaluated_at = 0.0, None, time.perf_counter()
+    longest = max((int(e.get("length_max", 0)) for e in run.evaluations), default=0)
+    while run.iteration < run.num_iterations:
+        final_eval_s = _final_eval_estimate(
+            run.evaluations, config.eval_episodes, config.num_envs, longest, recent_sps
+        )
+        if config.deadline is not None and _past_deadline(
+            config.deadline, iteration_s, final_eval_s
+        ):
+            assert run.progress is not None
+            run.progress.end("deadline reached; final evaluation next")
+            logger.info("stopping training to finish the final evaluation by the deadline")
+            stopped_early = True
+            break
+        iteration_start = time.perf_counter()
+        run.iteration += 1
+        rollout = _rollout(run)
+        t0 = time.perf_counter()
+        losses, warming_up, kl_coef = _update(run, rollout)
+        imitation = _self_imitation(run, rollout, warming_up)
+        if not config.freeze_obs_norm:
+            # statistics change after the update so the update saw the rollout's inputs
+            run.agent.update_obs_rms(_flatten(rollout.obs))
+        _record_iteration(run, rollout, losses, imitation, time.perf_counter() - t0, kl_coef)
+        longest = max([longest, *(r.length for r in rollout.episodes)])
+        if rollout.timings.rollout_s > 0:
+            recent_sps = rollout.timings.env_steps / rollout.timings.rollout_s
+        if config.checkpoint_every and run.iteration % config.checkpoint_every == 0:
+            _save_checkpoint(run, run.run_dir / "checkpoints" / CHECKPOINT_NAME)
+        if _evaluation_due(run, evaluated_at, 2 * final_eval_s + iteration_s):
+            _evaluate(run, video=False, then_train=True)
+            evaluated_at = time.perf_counter()
+        iteration_s = time.perf_counter() - iteration_start
+        why = _stop_reason(run)
+        if why is not None:
+            stopped_early = True
+            break
+    return _finish(run, stopped_early)
+
+
+def _rollout(run: _Run) -> Rollout:
+    """One rollout of ``num_steps`` decisions per env (the learning rate annealed first)."""
+    if run.config.anneal_lr:
+        frac = 1.0 - (run.iteration - 1) / run.num_iterations
+        for group in run.optimizer.param_groups:
+            group["lr"] = frac * group["initial_lr"]
+    with recording(run.profiler):
+        rollout = run.collector.collect()
+    run.global_step += rollout.timings.env_steps
+    return rollout
+
+
+def _update(run: _Run, rollout: Rollout) -> tuple[dict[str, float], bool, float]:
+    """Advantages and the PPO update (critic only during the value warm-up).
+
+    Returns:
+        The update's losses, whether the value warm-up is on, the KL coefficient used.
+    """
+    config = run.config
+    advantages, returns = _advantages(rollout, run.scaler, config, run.device)
+    warming_up = run.iteration <= config.value_warmup_iterations
+    kl_coef = config.kl_coef * config.kl_decay ** max(
+        0, run.iteration - 1 - config.value_warmup_iterations
+    )
+    if config.kl_coef > 0:
+        kl_coef = max(kl_coef, config.kl_coef_min)
+    losses = ppo_update(
+        run.agent,
+        run.optimizer,
+        _flatten(rollout.obs),
+        _flatten(rollout.actions),
+        rollout.logprobs.reshape(-1),
+        advantages.reshape(-1),
+        returns.reshape(-1),
+        rollout.values.reshape(-1),
+        run.hp,
+        run.shuffle,
+        update_actor=not warming_up,
+        reference=run.reference,
+        kl_coef=kl_coef,
+    )
+    return losses, warming_up, kl_coef
+
+
+def _self_imitation(run: _Run, rollout: Rollout, warming_up: bool) -> dict[str, float]:
+    """Keep the rollout's successful episodes; past the warm-up, regress onto them."""
+    if run.successes is None:
+        return {}
+    run.successes.add(rollout)
+    if warming_up:
+        return {"episodes": float(run.successes.num_episodes)}
+    return self_imitation_update(
+        run.agent,
+        run.imitation_optimizer,
+        run.successes,
+        steps=run.config.self_imitation_steps,
+        batch_size=run.config.self_imitation_batch_size,
+        generator=run.imitation_draws,
+        max_grad_norm=run.config.max_grad_norm,
+    ).as_scalars()
+
+
+def _record_iteration(
+    run: _Run,
+    rollout: Rollout,
+    losses: dict[str, float],
+    imitation: dict[str, float],
+    update_s: float,
+    kl_coef: float,
+) -> None:
+    """The iteration's entry in the history, TensorBoard and the bar."""
+    episodes = summarize_episodes(rollout.episodes)
+    run.recent_returns.extend(r.episode_return for r in rollout.episodes)
+    timings = rollout.timings.as_scalars()
+    entry: dict[str, Any] = {
+        "iteration": run.iteration,
+        "global_step": run.global_step,
+        "update_s": update_s,
+        "learning_rate": run.optimizer.param_groups[0]["lr"],
+        "kl_coef": kl_coef,
+        "value_warmup": float(run.iteration <= run.config.value_warmup_iterations),
+        "policy_std_mean": float(run.agent.actor_log_std.detach().exp().mean()),
+        **{f"rollout/{k}": v for k, v in timings.items()},
+        **{f"train/{k}": v for k, v in losses.items()},
+        **{f"episode/{k}": v for k, v in episodes.items()},
+        **{f"self_imitation/{k}": v for k, v in imitation.items()},
+        "_returns": [r.episode_return for r in rollout.episodes],
+    }
+    run.history.append(entry)
+    if run.writer is not None:
+        for key, value in entry.items():
+            if key not in ("iteration", "global_step") and not key.startswith("_"):
+                run.writer.add_scalar(key, value, run.global_step)
+    postfix = {
+        "ret": f"{episodes['return_mean']:.3g}" if "return_mean" in episodes else "-",
+        "sps": f"{timings['env_steps_per_s']:.0f}",
+        "bubble": f"{timings['bubble_fraction']:.2f}",
+    }
+    if "success_rate" in episodes:
+        postfix["succ"] = f"{episodes['success_rate']:.2f}"
+    assert run.progress is not None
+    run.progress.advance(rollout.timings.env_steps, postfix)
+
+
+def _evaluation_due(run: _Run, evaluated_at: float, needed_s: float) -> bool:
+    """An evaluation during training is due: every ``eval_every`` iterations, or
+    ``eval_every_minutes`` after the last one when the deadline leaves ``needed_s``."""
+    config = run.config
+    if run.iteration >= run.num_iterations:
+        return False
+    if config.eval_every and run.iteration % config.eval_every == 0:
+        return True
+    if not config.eval_every_minutes:
+        return False
+    if time.perf_counter() - evaluated_at < 60 * config.eval_every_minutes:
+        return False
+    return config.deadline is None or time.time() + needed_s + 5.0 < config.deadline
+
+
+def _stop_reason(run: _Run) -> str | None:
+    """Why training stops after this iteration (--max-minutes, --stop-return), or None."""
+    config = run.config
+    if (
+        config.max_minutes is not None
+        and time.perf_counter() - run.start >= 60 * config.max_minutes
+    ):
+        logger.info("time budget of %s minutes reached; stopping", config.max_minutes)
+        assert run.progress is not None
+        run.progress.end(f"time budget of {config.max_minutes:g} min reached")
+        return "max_minutes"
+    if (
+        config.stop_return is not None
+        and len(run.recent_returns) == run.recent_returns.maxlen
+        and float(np.mean(run.recent_returns)) >= config.stop_return
+    ):
+        logger.info("mean return of the last 10 episodes reached %s; stopping", config.stop_return)
+        return "stop_return"
+    return None
+
+
+# -- evaluation ----------------------------------------------------------------------------
+
+
+def _evaluate(run: _Run, video: bool, then_train: bool = False) -> dict[str, Any]:
+    """Deterministic episodes from the factory's fixed initial states on the training
+    envs (then back to training if ``then_train``), a video of episode 0 if ``video``;
+    the entry is appended to ``run.evaluations``."""
+    config, progress = run.config, run.progress
+    assert progress is not None
+    eval_start = time.perf_counter()
+    what = "before any update" if run.iteration == 0 else f"at iteration {run.iteration}"
+    logger.info(
+        "evaluating %s: %d deterministic episodes on the %d envs",
+        what,
+        config.eval_episodes,
+        config.num_envs,
+    )
+    progress.describe(f"eval {what}")
+    progress.episodes(0, config.eval_episodes)
+    then_reset_seed = config.seed + run.iteration * config.num_envs if then_train else None
+    run.agent.eval()
+    if isinstance(run.collector, DecoupledRolloutCollector):
+        # through the channel on the training envs, which restart for training after
+        result = run.collector.evaluate(
+            run.factory, config.eval_episodes, config.eval_seed, then_reset_seed=then_reset_seed
+        )
+    else:
+        # on the training envs, all workers in parallel, then back to training
+        result = evaluate_on_vector_env(
+            run.collector,
+            run.factory,
+            config.eval_episodes,
+            config.eval_seed,
+            then_reset_seed=then_reset_seed,
+            on_rollout=lambda done: progress.episodes(done, config.eval_episodes),
+        )
+    video_start = time.perf_counter()
+    if video:
+        progress.describe(f"eval {what}: recording a video of one episode")
+        name = "after" if not then_train else "before" if run.iteration == 0 else None
+        path = run.run_dir / "videos" / f"{name or f'iteration{run.iteration:05d}'}.mp4"
+        result.video_path = record_video(
+            run.agent, run.factory, run.device, path, config.eval_seed, config.video_fps
+        )
+    video_s = time.perf_counter() - video_start
+    run.agent.train()
+    if run.successes is not None:
+        run.successes.discard_pending()  # the envs start new episodes after an evaluation
+    progress.describe(progress.label)
+    entry = {"iteration": run.iteration, "global_step": run.global_step, **result.as_scalars()}
+    entry["video"] = result.video_path
+    entry["wall_s"] = time.perf_counter() - eval_start
+    entry["video_s"] = video_s
+    entry["length_max"] = max(result.lengths, default=0)
+    if result.successes is not None:
+        entry["successes"] = [bool(v) for v in result.successes]
+    run.evaluations.append(entry)
+    logger.info(
+        "evaluation at iteration %d (%d env steps): success %s, return %.3f, %d episodes, %.0f s",
+        run.iteration,
+        run.global_step,
+        "n/a" if "success_rate" not in entry else f"{entry['success_rate']:.2f}",
+        entry["return_mean"],
+        entry["episodes"],
+        entry["wall_s"],
+    )
+    if run.writer is not None:
+        for key, value in result.as_scalars().items():
+            run.writer.add_scalar(f"eval/{key}", value, run.global_step)
+    return entry
+
+
+# -- checkpoint ----------------------------------------------------------------------------
+
+
+def _save_checkpoint(run: _Run, path: Path) -> None:
+    """Everything a resumed run needs: weights, optimisers, generators, counters, history."""
+    successes = run.successes
+    save_checkpoint(
+        path,
+        {
+            "agent": run.agent.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "reward_scaler": None if run.scaler is None else run.scaler.state_dict(),
+            "noise_generator": run.collector.generator_state(),
+            "shuffle_generator": run.shuffle.get_state(),
+            "iteration": run.iteration,
+            "global_step": run.global_step,
+            "history": run.history,
+            "evaluations": run.evaluations,
+            # the KL term's frozen warm start: a resumed run pulls towards it too
+            "kl_reference": None if run.reference is None else run.reference.state_dict(),
+            "self_imitation": None
+            if successes is None
+            else {
+                "buffer": successes.state_dict(),
+                "optimizer": run.imitation_optimizer.state_dict(),
+                "generator": run.imitation_draws.get_state(),
+            },
+            "wall_s": run.wall_before + time.perf_counter() - run.start,
+            "config": dataclasses.asdict(run.config),
+        },
+    )
+
+
+# -- summary -------------------------------------------------------------------------------
+
+
+def _finish(run: _Run, stopped_early: bool) -> dict[str, Any]:
+    """Write the profile, run the final evaluation, save the last checkpoint, summarise."""
+    config = run.config
+    profile = write_profile(run.profiler, run.run_dir) if run.profiler is not None else None
+    final_eval = _evaluate(run, video=config.eval_video) if config.eval_episodes > 0 else None
+    assert run.progress is not None
+    run.progress.close("done" if final_eval is None else "done: final evaluation")
+    _save_checkpoint(run, run.run_dir / "checkpoints" / CHECKPOINT_NAME)
+    summary = _summary(
+        config,
+        run.run_dir,
+        run.device,
+        run.iteration,
+        run.global_step,
+        run.wall_before + time.perf_counter() - run.start,
+        run.history,
+        run.evaluations,
+        final_eval,
+        stopped_early,
+    )
+    if profile is not None:
+        where = f"{run.run_dir}/trace.json, timeline.png, profile.json"
+        print(f"profile ({where}): {profile['bottleneck_reason']}")
+    return summary
 
 
 def _summary(

@@ -131,13 +131,20 @@ class ActionRecordingEnv(gym.Env):
 
 
 def tiny_libero_args(
-    run_dir: Any, *flags: str, total_timesteps: int = 64, eval_init_states: str = "30:31"
+    run_dir: Any,
+    *flags: str,
+    total_timesteps: int = 64,
+    eval_init_states: str = "30:31",
+    task_id: int | None = 0,
 ) -> list[str]:
-    """``examples/train_libero.py`` with the tests' tiny settings (2 envs in 2 stages,
-    4-step rollouts, one short update, 24-step episodes, no video, no bar) writing into
-    ``run_dir``, then ``flags`` (the recipe's own)."""
+    """``examples/train_libero.py`` on task ``task_id`` alone (None: as ``flags`` say) with the tests' tiny settings (2 envs
+    in 2 stages, 4-step rollouts, one short update, 24-step episodes, no video, no bar)
+    writing into ``run_dir``, then ``flags`` (the recipe's own)."""
     return [
         "examples/train_libero.py",
+        *(() if task_id is None else ("--task-id", str(task_id))),
+        "--envs-per-worker",
+        "1",
         *flags,
         "--num-envs",
         "2",

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -79,15 +81,18 @@ def test_time_budget_stops_training_and_still_evaluates(tmp_path, capsys):
     assert "time budget of 1e-06 min reached" in err  # the bar says why
     # a run that ends on the clock counts seconds of its budget, with the env steps beside
     assert " s, steps=32" in err and "step/s" not in err
-    # the final evaluation still shows on the bar, which then closes labelled
-    assert "eval at iteration 1 (1/1 episodes)" in err and "done: final evaluation" in err
+    # the final evaluation still shows on the bar (episodes beside the seconds, not in the
+    # label), which then closes labelled and full
+    assert "eval at iteration 1" in err and "1/1 evaluation episodes" in err
+    assert "episodes)" not in err
+    assert "done: final evaluation: 100%" in err
 
 
 def test_a_run_without_a_time_budget_counts_env_steps(tmp_path, capsys):
     train(_tiny(tmp_path, total_timesteps=64, progress=True, eval_at_start=True))
     err = capsys.readouterr().err
     assert "64/64" in err and "steps=" not in err
-    assert "eval before any update (1/1 episodes)" in err  # the evaluation shows its progress
+    assert "eval before any update" in err and "1/1 evaluation episodes" in err
 
 
 @pytest.mark.parametrize("budget", [[], ["--max-minutes", "60"]], ids=["step_bar", "time_bar"])
@@ -310,7 +315,13 @@ def test_train_libero_main_job_tiny(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "job"
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert list(summary)[:3] == [
+        "eval_success_rate_initial",
+        "eval_success_rate_final",
+        "eval_episodes",
+    ]
     assert summary["mode"] == "finetune" and summary["eval_episodes"] == 2
+    assert summary["tasks"] == [0] and len(summary["eval_success_rate_per_task_final"]) == 1
     for key in ("eval_success_rate_initial", "eval_success_rate_final"):
         assert 0.0 <= summary[key] <= 1.0
     assert [e["iteration"] for e in summary["evaluations"]] == [0, summary["iterations"]]
@@ -323,10 +334,113 @@ def test_train_libero_main_job_tiny(tmp_path):
     log = (run_dir / "train.log").read_text().splitlines()
     assert len(log) == len(set(log))
     assert "train_libero: demos -> BC -> evaluate -> PPO fine-tuning" in log[0]
+    assert "success rate:" in "\n".join(log)  # the closing report, as printed
     steps = ("train_libero: collecting", "reference_trainer.bc:", "reference_trainer.train: run")
     first = [next(i for i, line in enumerate(log) if step in line) for step in steps]
     assert first == sorted(first), log
     assert any("reference_trainer.train: evaluation at iteration" in line for line in log)
+
+
+@_needs_libero
+@pytest.mark.timeout(600)
+def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
+    """Two tasks under one policy, end to end: per-task rates and instructions in the
+    summary (its pinned keys first, the curves in curves.json), per_task.png, an
+    evaluation during training, and no evaluation init state among the training ones."""
+    result = _run_script(
+        tiny_libero_args(
+            tmp_path,
+            "--task-ids",
+            "0",
+            "1",
+            "--demo-init-states",
+            "0:2",
+            "--train-init-states",
+            "0:3",
+            "--bc-max-epochs",
+            "3",
+            "--value-warmup-iterations",
+            "1",
+            "--eval-every",
+            "2",
+            "--run-name",
+            "two",
+            total_timesteps=32,
+            eval_init_states="45:46",
+            task_id=None,
+        ),
+        timeout=580,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = tmp_path / "two"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert list(summary)[:5] == [
+        "eval_success_rate_initial",
+        "eval_success_rate_final",
+        "eval_episodes",
+        "eval_success_rate_per_task_initial",
+        "eval_success_rate_per_task_final",
+    ]
+    assert summary["tasks"] == [0, 1] and summary["eval_episodes"] == 2
+    assert [len(summary[f"eval_success_rate_per_task_{w}"]) for w in ("initial", "final")] == [2, 2]
+    assert (
+        np.mean(summary["eval_success_rate_per_task_final"]) == summary["eval_success_rate_final"]
+    )
+    assert (
+        summary["language_instructions"][1] == "pick up the cream cheese and place it in the basket"
+    )
+    assert "success_curve" not in summary and "success_curve" in json.loads(
+        (run_dir / "curves.json").read_text()
+    )
+    assert len(summary["evaluations"]) >= 3  # before, during, after
+    assert (run_dir / "per_task.png").stat().st_size > 0
+    assert (run_dir / "learning_curve.png").stat().st_size > 0
+    init = summary["init_states"]
+    assert init["eval"] == [45] and not set(init["eval"]) & set(init["train"] + init["demo"])
+    assert "task 1: " in result.stdout
+
+
+def test_libero_training_resets_never_draw_an_evaluation_init_state():
+    """Training resets of a task-pinned env draw only its training init states and go
+    back to its task after an evaluation episode on another; evaluation episode j plays
+    task j % T from the j // T-th evaluation init state."""
+    import tyro
+
+    from reference_trainer.libero_tasks import TaskInitStates
+
+    class Recorder(gym.Env):
+        observation_space = gym.spaces.Box(0, 1, (1,))
+        action_space = gym.spaces.Box(0, 1, (1,))
+
+        def __init__(self) -> None:
+            self.resets: list[dict] = []
+
+        def reset(self, *, seed=None, options=None):
+            self.resets.append(dict(options))
+            return np.zeros(1, np.float32), {}
+
+    env = TaskInitStates(Recorder(), 3, range(0, 45))
+    env.reset(seed=1)
+    env.reset(options={"task_id": 5, "init_state_id": 47})
+    for _ in range(200):
+        env.reset()
+    drawn = env.unwrapped.resets
+    assert drawn[1] == {"task_id": 5, "init_state_id": 47}
+    training = drawn[:1] + drawn[2:]
+    assert {o["task_id"] for o in training} == {3}
+    assert {o["init_state_id"] for o in training} <= set(range(45))
+
+    module = load_script("examples/train_libero.py", "train_libero")
+    config = tyro.cli(module.LiberoTrainConfig, args=["--task-ids", "0", "1", "2"])
+    factory = module.LiberoEnvFactory(config, (0, 1, 2))
+    options = [factory.eval_reset_options(j) for j in range(15)]
+    assert [o["task_id"] for o in options[:4]] == [0, 1, 2, 0]
+    assert [o["init_state_id"] for o in options[::3]] == [45, 46, 47, 48, 49]
+    assert not {o["init_state_id"] for o in options} & set(config.init_states("train"))
+    with pytest.raises(ValueError, match="--train-init-states and --eval-init-states share"):
+        module._check_init_states(
+            tyro.cli(module.LiberoTrainConfig, args=["--train-init-states", "0:46"])
+        )
 
 
 @_needs_libero
