@@ -165,7 +165,7 @@ def measure(
 
         run = whole if loop == "step" else staged
         run(warmup)
-        # `workers`; `_handles` in checkouts before session 7 (--trees runs older ones)
+        # `workers`; `_handles` in older checkouts (--trees runs older ones)
         handles = getattr(envs, "workers", None) or envs._handles
         pids = [h.pid for h in handles]
         workers, cpu, wall = _worker_cpu(pids), time.process_time(), time.perf_counter()

@@ -5,8 +5,8 @@
 ``build_seconds`` (a LIBERO env takes seconds to build). One step kills ``k`` of
 the workers (the env SIGKILLs its own process, `debug_envs.FaultyEnv`'s action 3), so
 that step returns only once they are rebuilt: fresh processes, envs built, reset. Timed
-per ``k`` in ``--failed``. The workers of one call restart together since session 9
-(`WorkerPool.rebuild`); before, one after another, so the step took about ``k`` times
+per ``k`` in ``--failed``. The workers of one call restart together
+(`WorkerPool.rebuild`); one after another, the step would take about ``k`` times
 longer.
 
 Each variant runs in its own child process (``--baseline PATH`` puts another checkout's

@@ -21,7 +21,7 @@ yield, the policy's inference (the pipeline's critical path) is time-sliced with
 busy worker and the pipeline loses. The env workers therefore run at nice 10 by default
 (``--worker-nice 0`` to compare; ``PipelinedVectorEnv(worker_nice=...)``).
 
-``--workload offcpu`` is issue 14's overlap workload instead: a CPU-bound env of 4 ms per
+``--workload offcpu`` is the overlap workload instead: a CPU-bound env of 4 ms per
 step (``BusyEnv``), a policy that sleeps 2 ms per observation (off the CPU, as a GPU
 would), 4 envs, one worker per stage, 1/2/4 stages, on the machine's cores; the loop is
 `pipelined_vec_env.tune.measure_layout`'s staged round robin (``step_wait(stage=s)``,
@@ -83,7 +83,7 @@ class Args:
 
     workload: Literal["trainer", "offcpu"] = "trainer"
     """``trainer``: the trainer's collector and ActorCritic on a 10 ms env; ``offcpu``:
-    issue 14's workload (4 ms CPU-bound env, policy sleeping 2 ms per observation, 4 envs)
+    the overlap workload (4 ms CPU-bound env, policy sleeping 2 ms per observation, 4 envs)
     with the ideal bound beside each measurement, per lever."""
     num_envs: int | None = None
     """Envs (one per worker); default 8 (trainer) or 4 (offcpu)."""
@@ -310,7 +310,7 @@ def _print_table(result: dict) -> None:
 def ideal_rate(
     num_envs: int, num_stages: int, step_s: float, per_obs_s: float, cores: int
 ) -> float:
-    """Issue 14's bound for one worker per stage: env steps/s.
+    """The overlap bound for one worker per stage: env steps/s.
 
     ``N / max(N * B, k * Te + k * B, N * Te / min(cores, stages))``: the policy's time per
     round, one stage's cycle (its ``k`` envs stepped in turn, then its inference), the
@@ -441,7 +441,7 @@ def _offcpu_envs(args: Args, lever: _Lever, num_stages: int) -> PipelinedVectorE
 
 
 def run_offcpu(args: Args) -> dict:
-    """Measure issue 14's overlap workload per lever and stage count, interleaved.
+    """Measure the overlap workload per lever and stage count, interleaved.
 
     Returns:
         The results: arguments, machine and load, and one row per (lever, stages) with

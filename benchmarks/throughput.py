@@ -25,7 +25,7 @@ Two figures:
   ``num_envs`` workers (wall time per vector step divided by the workers), next to
   ``AsyncVectorEnv``, SB3, and a bare ``multiprocessing.Pipe`` echo (the floor).
 
-Two more workloads of issue 14 (the shared-memory fast path, docs/wire_format.md):
+Two more workloads (the shared-memory fast path, docs/wire_format.md):
 
 - **Slow env**: `BusyEnv` burning ``slow_ms`` (15) ms of CPU per step (LIBERO-like),
   ours with the fast path and with ``fast_path=False`` (the pickled path) side by side,
@@ -278,7 +278,7 @@ def prepare_single(env: gym.Env, actions: np.ndarray, seed: int) -> Loop:
 
 def worker_pids(env: Any) -> list[int]:
     """Pids of the env's worker processes (none for in-process backends)."""
-    # ours: `workers` (`_handles` in checkouts before session 7, for --trees runs)
+    # ours: `workers` (`_handles` in older checkouts, for --trees runs)
     handles = getattr(env, "workers", None) or getattr(env, "_handles", None)
     if handles is not None:
         return [h.process.pid for h in handles]
@@ -945,7 +945,7 @@ def targets(
     slow_rows: list[dict[str, Any]] | None = None,
     decoupled_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Issue 14's targets, checked against this run (each: target, measured, met).
+    """The fast path's targets, checked against this run (each: target, measured, met).
 
     - ``vs_sync`` / ``vs_envpool_async``: our best whole-env ``step`` config on the
       throughput env over ``SyncVectorEnv`` (>= 1.5x) and EnvPool async (>= 0.8x); paired

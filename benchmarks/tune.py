@@ -5,7 +5,7 @@ Workloads:
 - ``halfcheetah``: gymnasium's HalfCheetah-v5 (light physics, tens of microseconds a step)
   with a tiny numpy MLP policy (17 -> 32 -> 6).
 - ``busy``: a CPU-bound env of 4 ms a step (`BusyEnv`) with an off-CPU policy that sleeps
-  2 ms per observation, as a GPU would (issue 14's overlap workload).
+  2 ms per observation, as a GPU would (the overlap workload).
 - ``lognormal``: an env whose step sleeps a lognormal time (`LatencyEnv`, median 5 ms,
   p99 ~10x the median) with an off-CPU policy of 3 ms + 0.5 ms per observation.
 

@@ -1,4 +1,4 @@
-"""Smoke test of ``benchmarks/rollout_overlap.py --workload offcpu`` (issue 14's overlap
+"""Smoke test of ``benchmarks/rollout_overlap.py --workload offcpu`` (the overlap
 workload) with tiny numbers, and its ideal bound. No speed is asserted."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Fault paths around restarts: start-up bounds, rebuilds, partial results, masked resets,
-idle deaths, close and the fork context (issue 12).
+idle deaths, close and the fork context.
 
 The vector envs here have 2 stages of 2 workers of 2 envs (8 envs); each test makes one
 worker fail among several of its stage, in stage calls or whole-env calls, with shared

@@ -319,7 +319,7 @@ def _fixed_costs(n: int, step: float, per_obs: float, cores: int) -> Costs:
 @pytest.mark.parametrize("slice_seconds", [None, 1.5e-3])
 @pytest.mark.parametrize(("num_envs", "stages"), [(4, 1), (4, 2), (4, 4), (8, 2), (8, 4)])
 def test_model_reproduces_the_overlap_bound_for_fixed_costs(num_envs, stages, slice_seconds):
-    # issue 14's workload: a 4 ms CPU-bound step, a 2 ms-per-observation off-CPU policy,
+    # the overlap workload: a 4 ms CPU-bound step, a 2 ms-per-observation off-CPU policy,
     # 2 cores, shared continuously or in time slices
     costs = dataclasses.replace(
         _fixed_costs(num_envs, 0.004, 0.002, cores=2), slice_seconds=slice_seconds
@@ -348,7 +348,7 @@ def test_model_prefers_decoupled_mode_for_a_long_tail():
 
 
 def test_model_gives_the_caller_priority_over_niced_workers():
-    # issue 14's 4-stage case with 0.5 ms of caller CPU per policy call (2 ms off-CPU):
+    # the overlap workload's 4-stage case with 0.5 ms of caller CPU per policy call (2 ms off-CPU):
     # the caller is the critical path; at equal priority its CPU is shared with the
     # stepping workers (3 on 2 cores), niced workers leave it a core
     costs = dataclasses.replace(

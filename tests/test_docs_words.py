@@ -1,0 +1,149 @@
+"""The docs speak of the project only, and stay short enough to read.
+
+A user's reference names a measurement by commit and date; it never names a working
+period, an issue number, a branch or a lock. The same holds for the names of the files
+under ``benchmarks/results/``. A page over ``MAX_LINES`` lines is a diary, not a
+reference (the generated API page is exempt).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 300
+EXEMPT_FROM_LENGTH = {"api.md"}
+
+# Pages still being rewritten; the coordinator empties this list once they are done.
+# Nothing may be added to it.
+PENDING = {
+    "README.md",
+    "docs/trainer.md",
+    "docs/libero.md",
+    "docs/errors.md",
+    "docs/fault_tolerance.md",
+    # being rewritten to lead with current figures
+    "docs/benchmarks.md",
+    "docs/benchmarks_rollout.md",
+    "docs/tune.md",
+    "docs/wire_format.md",
+}
+
+# Result files the pending pages still cite; each goes once its figures move to the file
+# that holds that run (or the figure is dropped). Nothing may be added to it.
+PENDING_RESULTS = {
+    "rollout_overlap_offcpu_run1.json",
+    "rollout_overlap_offcpu_run2.json",
+    "rollout_overlap_offcpu_run3.json",
+    "rollout_overlap_offcpu_session7.json",
+    "rollout_overlap_offcpu_session7_before_3870204.json",
+    "rollout_overlap_offcpu_session8.json",
+    "rollout_overlap_offcpu_session8_before_f970513.json",
+    "throughput_before_13e5512.json",
+    "throughput_before_wire_c90d261.json",
+    "throughput_session7_6795a6d.json",
+    "throughput_session8_7c91d6d_run1.json",
+    "throughput_session8_7c91d6d_run2.json",
+    "throughput_session8_before_f970513_run1.json",
+    "throughput_session8_before_f970513_run2.json",
+    "tune_run1.json",
+    "tune_run1.md",
+    "tune_run10.json",
+    "tune_run10.md",
+    "tune_run11.json",
+    "tune_run11.md",
+    "tune_run12.json",
+    "tune_run12.md",
+    "tune_run2.json",
+    "tune_run2.md",
+    "tune_run3.json",
+    "tune_run3.md",
+    "tune_run4.json",
+    "tune_run4.md",
+    "tune_run5.json",
+    "tune_run5.md",
+    "tune_run6.json",
+    "tune_run6.md",
+    "tune_run7.json",
+    "tune_run7.md",
+    "tune_run8.json",
+    "tune_run8.md",
+    "tune_run9.json",
+    "tune_run9.md",
+}
+
+BANNED = re.compile(
+    r"\bsessions? \d"
+    r"|\b(this|last|next|that|a) session\b"
+    r"|\bissues? \d+"
+    r"|\(issue \d+\)"
+    r"|heavy-run lock"
+    r"|\bbranch `"
+    r"|\bhelpers?\b",
+    re.IGNORECASE,
+)
+# The words above also mean things that are not working periods.
+ALLOWED = re.compile(r"ray session|autogroup|setsid", re.IGNORECASE)
+BANNED_FILE_NAME = re.compile(r"_run\d|session|_before_|branch|issue", re.IGNORECASE)
+
+
+def banned_lines(text: str) -> list[tuple[int, str]]:
+    """The (1-based line number, line) pairs of ``text`` that name a working period."""
+    return [
+        (n, line)
+        for n, line in enumerate(text.splitlines(), 1)
+        if BANNED.search(ALLOWED.sub("", line))
+    ]
+
+
+def _pages() -> list[Path]:
+    return sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+
+
+def _checked(path: Path) -> bool:
+    return str(path.relative_to(ROOT)) not in PENDING
+
+
+def test_banned_lines_finds_the_words_and_spares_the_look_alikes():
+    text = "\n".join(
+        [
+            "measured in session 9",
+            "see (issue 14)",
+            "under the heavy-run lock",
+            "on branch `wire`",
+            "a Ray session starts",
+            "setsid and autogroup",
+            "measured at 0e86d0d on 2026-12-02",
+        ]
+    )
+    assert [n for n, _ in banned_lines(text)] == [1, 2, 3, 4]
+
+
+def test_pages_name_no_working_period_issue_or_branch():
+    problems = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in _pages()
+        if _checked(path)
+        for n, line in banned_lines(path.read_text())
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_pages_are_short_enough_to_read():
+    long = [
+        f"{path.relative_to(ROOT)}: {n} lines"
+        for path in _pages()
+        if _checked(path) and path.name not in EXEMPT_FROM_LENGTH
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    ]
+    assert not long, f"pages over {MAX_LINES} lines:\n" + "\n".join(long)
+
+
+def test_result_file_names_name_no_run_or_working_period():
+    bad = [
+        p.name
+        for p in sorted((ROOT / "benchmarks" / "results").iterdir())
+        if BANNED_FILE_NAME.search(p.name) and p.name not in PENDING_RESULTS
+    ]
+    assert not bad, "result files named after runs or working periods: " + ", ".join(bad)
