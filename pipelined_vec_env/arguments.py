@@ -214,7 +214,7 @@ def default_envs_per_worker(num_envs: int, num_stages: int, cores: int | None = 
     Returns:
         Envs per worker, `>= 1`, computed for the largest stage.
 
-    Example:
+    Examples:
         >>> default_envs_per_worker(8, 1, cores=2)
         4
         >>> default_envs_per_worker(32, 2, cores=2)
