@@ -241,8 +241,8 @@ def main(args: Args) -> dict[str, Any]:
                 )
             )
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in modes}
-    one_stage = PipelinedVectorEnv(fns)
-    two_stage = PipelinedVectorEnv(fns, num_stages=2) if args.staged else None
+    one_stage = PipelinedVectorEnv(fns, envs_per_worker=1)  # an actor needs a worker each
+    two_stage = PipelinedVectorEnv(fns, num_stages=2, envs_per_worker=1) if args.staged else None
     try:
         for r in range(args.rounds):
             for name, kw in modes:

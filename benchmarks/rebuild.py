@@ -86,7 +86,9 @@ def run_child(args: Args) -> dict[str, object]:
 
     fn = functools.partial(slow_build, args.build_seconds)
     seconds: dict[str, float] = {}
-    envs = PipelinedVectorEnv([fn] * args.num_workers, max_restarts=len(args.failed))
+    envs = PipelinedVectorEnv(
+        [fn] * args.num_workers, envs_per_worker=1, max_restarts=len(args.failed)
+    )
     try:
         envs.reset(seed=0)
         for k in args.failed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from .arguments import default_envs_per_worker
 from .errors import (
     RemoteTraceback,
     StageFailedError,
@@ -28,6 +29,7 @@ __all__ = [
     "WorkerCrashedError",
     "WorkerError",
     "__version__",
+    "default_envs_per_worker",
     "make_vec",
     "register",
     "tune",

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from .stages import split_range
 
-__all__ = ["VectorEnvArguments", "check_arguments"]
+__all__ = ["VectorEnvArguments", "check_arguments", "default_envs_per_worker", "usable_cores"]
 
 # (stage, [(env_lo, env_hi) per worker]) per stage
 Layout = list[tuple[int, list[tuple[int, int]]]]
@@ -97,7 +98,7 @@ def check_arguments(
     Args:
         env_fns: One constructor per env.
         num_stages: See `PipelinedVectorEnv`; likewise every other argument.
-        envs_per_worker: Envs per worker.
+        envs_per_worker: Envs per worker, or None for `default_envs_per_worker`.
         max_restarts: Restarts per worker.
         step_deadline: Seconds per command, or None.
         start_timeout: Seconds to start a worker.
@@ -124,8 +125,14 @@ def check_arguments(
     num_envs = len(env_fns)
     if not isinstance(num_stages, (int, np.integer)) or not 1 <= num_stages <= num_envs:
         raise ValueError(f"num_stages: expected an int in [1, {num_envs}], got {num_stages!r}")
-    if not isinstance(envs_per_worker, (int, np.integer)) or envs_per_worker < 1:
-        raise ValueError(f"envs_per_worker: expected an int >= 1, got {envs_per_worker!r}")
+    if envs_per_worker is None:
+        envs_per_worker = default_envs_per_worker(num_envs, int(num_stages))
+    if (
+        isinstance(envs_per_worker, bool)
+        or not isinstance(envs_per_worker, (int, np.integer))
+        or envs_per_worker < 1
+    ):
+        raise ValueError(f"envs_per_worker: expected None or an int >= 1, got {envs_per_worker!r}")
     if not isinstance(max_restarts, (int, np.integer)) or max_restarts < 0:
         raise ValueError(f"max_restarts: expected an int >= 0, got {max_restarts!r}")
     if step_deadline is not None and not step_deadline > 0:
@@ -177,6 +184,48 @@ def check_arguments(
         layout=layout,
         stage_slices=tuple(slice(w[0][0], w[-1][1]) for _, w in layout),
     )
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask), `>= 1`.
+
+    Returns:
+        `len(os.sched_getaffinity(0))` where the platform has it, else `os.cpu_count()`.
+    """
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def default_envs_per_worker(num_envs: int, num_stages: int, cores: int | None = None) -> int:
+    """The envs per worker used when `envs_per_worker` is not given: one worker per core per stage.
+
+    Each stage gets `min(stage_size, max(1, cores // num_stages))` workers, so all stages
+    together start about one process per usable core (at least one per stage), and each
+    worker steps `ceil(stage_size / workers)` envs per message. Fewer, fuller workers
+    amortise one message over several env steps; the price is that a crash in a worker
+    ends the episodes of all its envs, and that each worker's memory holds all its envs.
+
+    Args:
+        num_envs: Envs in all, `>= 1`.
+        num_stages: Stages, in `[1, num_envs]`.
+        cores: Usable cores; default `usable_cores()`.
+
+    Returns:
+        Envs per worker, `>= 1`, computed for the largest stage.
+
+    Examples:
+        >>> default_envs_per_worker(8, 1, cores=2)
+        4
+        >>> default_envs_per_worker(32, 2, cores=2)
+        16
+        >>> default_envs_per_worker(4, 1, cores=16)
+        1
+    """
+    cores = usable_cores() if cores is None else max(1, int(cores))
+    stage_size = -(-num_envs // num_stages)
+    workers = min(stage_size, max(1, cores // num_stages))
+    return -(-stage_size // workers)
 
 
 def worker_layout(num_envs: int, num_stages: int, envs_per_worker: int) -> Layout:

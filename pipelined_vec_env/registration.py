@@ -45,7 +45,7 @@ def make_vec(
     num_envs: int = 1,
     *,
     num_stages: int = 1,
-    envs_per_worker: int = 1,
+    envs_per_worker: int | None = None,
     start_timeout: float = 300.0,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Callable[[Env], Wrapper]] | None = None,
@@ -66,7 +66,8 @@ def make_vec(
             ``spec`` of a vector env made here recreates it.
         num_envs: Number of envs.
         num_stages: Pipeline stages (see [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv]).
-        envs_per_worker: Envs per worker process.
+        envs_per_worker: Envs per worker process; default None: one worker per usable
+            core per stage (see `PipelinedVectorEnv`).
         start_timeout: Seconds each worker may take to start and build its envs (see
             [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv]); a vector
             argument, never passed to `gymnasium.make`.

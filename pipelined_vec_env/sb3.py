@@ -125,7 +125,8 @@ class SB3VecEnv(VecEnv):
             ``AutoresetMode.SAME_STEP``. The adapter owns it: `close` closes it, and
             its `info_layout` becomes `"per_env"`.
         **pipelined_kwargs: Keyword arguments of ``PipelinedVectorEnv`` (``num_stages``,
-            ``envs_per_worker``, ``context``, ``cpu_affinity``, ...), only with env
+            ``envs_per_worker`` (default: one worker per usable core per stage),
+            ``context``, ``cpu_affinity``, ...), only with env
             constructors.
 
     Attributes:

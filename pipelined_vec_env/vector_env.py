@@ -66,7 +66,12 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             (lambdas and closures work).
         num_stages: Number of pipeline stages, in ``[1, num_envs]``.
         envs_per_worker: Envs per worker process (amortises one message over several env
-            steps). Workers per stage: ``ceil(stage_size / envs_per_worker)``.
+            steps). Workers per stage: ``ceil(stage_size / envs_per_worker)``. Default
+            None: one worker per usable core per stage (the affinity mask; at least one
+            worker per stage, never more workers than envs), see
+            `default_envs_per_worker`. Fuller workers mean a crash ends the episodes of
+            more envs and each process holds more envs in memory; ``1`` isolates every
+            env in its own process. An int means exactly that many.
         context: ``multiprocessing`` start method name or context. Default ``"forkserver"``
             on Linux, else ``"spawn"``. ``"fork"`` works when chosen (restarts included,
             no shared memory leaked), but many simulators and CUDA do not survive a fork
@@ -169,7 +174,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         env_fns: Sequence[Callable[[], Env]],
         *,
         num_stages: int = 1,
-        envs_per_worker: int = 1,
+        envs_per_worker: int | None = None,
         context: str | Any | None = None,
         shared_memory: bool = True,
         copy: bool = True,

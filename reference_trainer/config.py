@@ -33,8 +33,9 @@ class TrainConfig:
     (stages, envs per worker, or decoupled mode with one actor; see docs/tune.md)."""
     tune_seconds: float = 30.0
     """With --num-stages auto: most seconds tune may take."""
-    envs_per_worker: int = 1
-    """Envs per subprocess worker."""
+    envs_per_worker: int | None = None
+    """Envs per subprocess worker; None: one worker per usable core per stage
+    (pipelined_vec_env.default_envs_per_worker)."""
     pipelined: bool = True
     """Overlap inference on one stage with env stepping of the others; False: serial loop."""
     stage_order: Literal["round_robin", "first_ready"] = "round_robin"

@@ -79,17 +79,22 @@ class GymEnvFactory:
         return None
 
 
-def num_env_workers(num_envs: int, num_stages: int, envs_per_worker: int) -> int:
+def num_env_workers(num_envs: int, num_stages: int, envs_per_worker: int | None) -> int:
     """Worker processes ``PipelinedVectorEnv`` starts for this layout.
 
     Args:
         num_envs: total envs.
         num_stages: pipeline stages (envs split like ``np.array_split``).
-        envs_per_worker: envs per worker within a stage.
+        envs_per_worker: envs per worker within a stage; None: the default of
+            ``PipelinedVectorEnv`` (one worker per usable core per stage).
 
     Returns:
         The sum over stages of ``ceil(stage_size / envs_per_worker)``.
     """
+    if envs_per_worker is None:
+        from pipelined_vec_env import default_envs_per_worker
+
+        envs_per_worker = default_envs_per_worker(num_envs, num_stages)
     base, extra = divmod(num_envs, num_stages)
     sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
     return sum(math.ceil(size / envs_per_worker) for size in sizes if size)
@@ -100,7 +105,7 @@ def make_vector_env(
     num_envs: int,
     *,
     num_stages: int,
-    envs_per_worker: int = 1,
+    envs_per_worker: int | None = None,
     cpu_affinity: str | None = None,
     worker_nice: int | str | None = None,
     max_restarts: int = 0,
@@ -118,7 +123,8 @@ def make_vector_env(
         factory: the env factory.
         num_envs: number of envs.
         num_stages: pipeline stages.
-        envs_per_worker: envs per worker process.
+        envs_per_worker: envs per worker process; None: one worker per usable core per
+            stage.
         cpu_affinity: None or ``"auto"`` (passed to ``PipelinedVectorEnv``).
         worker_nice: nice value of the env workers, or None for the env's default
             (``PipelinedVectorEnv(worker_nice=...)``).

@@ -115,7 +115,7 @@ def test_every_action_reaches_the_env_that_asked(make_pipelined, num_stages, env
 
 
 def test_actor_takes_at_most_rollout_queue_size_env_batches(make_pipelined):
-    envs = make_pipelined([partial(EchoEnv, i, 0.0) for i in range(4)])
+    envs = make_pipelined([partial(EchoEnv, i, 0.0) for i in range(4)], envs_per_worker=1)
     seen: list[tuple[int, ...]] = []
     with InferenceChannel(
         envs, [echo_policy(seen)], rollout_queue_size=2, max_wait=0.01
@@ -177,7 +177,9 @@ def test_actor_exception_is_raised_in_the_driving_thread(make_pipelined):
         return env_ids * TOKEN + obs[:, 1]
 
     envs = make_pipelined(
-        [partial(EchoEnv, i, latency_seed=1000 + i) for i in range(4)], num_stages=2
+        [partial(EchoEnv, i, latency_seed=1000 + i) for i in range(4)],
+        num_stages=2,
+        envs_per_worker=1,
     )
     with InferenceChannel(envs, [policy] * 3) as channel:
         channel.reset(seed=0)

@@ -141,3 +141,30 @@ def test_observation_mode_different(make_pipelined):
     assert_tree_equal(ours.reset(seed=0), ref.reset(seed=0))
     assert_tree_equal(ours.step(np.ones(3, dtype=np.int64)), ref.step(np.ones(3, dtype=np.int64)))
     ref.close()
+
+
+@pytest.mark.parametrize(
+    "num_envs,num_stages,cores,expected",
+    [(8, 1, 2, 4), (32, 2, 2, 16), (4, 1, 16, 1), (5, 1, 2, 3), (3, 3, 1, 1), (7, 2, 4, 2)],
+)
+def test_default_envs_per_worker_is_one_worker_per_core_per_stage(
+    num_envs, num_stages, cores, expected
+):
+    from pipelined_vec_env import default_envs_per_worker
+
+    assert default_envs_per_worker(num_envs, num_stages, cores=cores) == expected
+
+
+@pytest.mark.parametrize("layout", [{}, {"envs_per_worker": 1}, {"envs_per_worker": 3}])
+def test_same_seeds_give_same_trajectories_whatever_the_layout(make_pipelined, layout):
+    fns = [partial(gym.make, "Pendulum-v1") for _ in range(NUM_ENVS)]
+    ours = make_pipelined(fns, num_stages=2, **layout)
+    ref = gym.vector.SyncVectorEnv(fns)
+    try:
+        assert_tree_equal(ours.reset(seed=5), ref.reset(seed=5))
+        rng = np.random.default_rng(2)
+        for _ in range(20):
+            actions = rng.uniform(-2, 2, size=(NUM_ENVS, 1)).astype(np.float32)
+            assert_tree_equal(ours.step(actions), ref.step(actions))
+    finally:
+        ref.close()

@@ -378,7 +378,7 @@ def test_env_exception_on_the_fast_path_is_reraised(make_pipelined):
 def test_nothing_spins_with_more_workers_than_cores(make_pipelined):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     n = (cores or 1) + 1  # the workers and the caller cannot have a core each
-    envs = make_pipelined([FaultyEnv] * n)
+    envs = make_pipelined([FaultyEnv] * n, envs_per_worker=1)  # a worker per env
     envs.reset(seed=0)
     for _ in range(10):
         envs.step(np.zeros(n, dtype=np.int64))
