@@ -56,7 +56,7 @@ import tyro
 from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
-from pipelined_vec_env.channel import InferenceChannel
+from pipelined_vec_env.stepping.channel import InferenceChannel
 
 __all__ = ["Args", "LongTailEnv", "main"]
 

@@ -115,7 +115,7 @@ def record_costs(num_workers: int, repeats: int = 20000) -> dict[str, float]:
     import numpy as np
 
     sys.path.insert(0, str(REPO))  # this checkout's package, not an installed one
-    from pipelined_vec_env.profiling import Profiler
+    from pipelined_vec_env.profiling.profiler import Profiler
 
     result = (None, [0.0], [False], [False], [[{}]])
     obs = np.zeros(17)

@@ -24,7 +24,7 @@ busy worker and the pipeline loses. The env workers therefore run at nice 10 by 
 ``--workload offcpu`` is the overlap workload instead: a CPU-bound env of 4 ms per
 step (``BusyEnv``), a policy that sleeps 2 ms per observation (off the CPU, as a GPU
 would), 4 envs, one worker per stage, 1/2/4 stages, on the machine's cores; the loop is
-`pipelined_vec_env.tune.measure_layout`'s staged round robin (``step_wait(stage=s)``,
+`pipelined_vec_env.tuning.tuner.measure_layout`'s staged round robin (``step_wait(stage=s)``,
 policy, ``step_async``). Each measurement is printed beside the ideal rate
 
     N / max(N * B, k * Te + k * B, N * Te / min(cores, stages))
@@ -65,7 +65,7 @@ from _machine import cpu_model  # noqa: E402
 
 from pipelined_vec_env import PipelinedVectorEnv  # noqa: E402
 from pipelined_vec_env.debug_envs import BusyEnv  # noqa: E402
-from pipelined_vec_env.tune import measure_layout  # noqa: E402
+from pipelined_vec_env.tuning.tuner import measure_layout  # noqa: E402
 from reference_trainer.agent import ActorCritic, obs_to_tensor  # noqa: E402
 from reference_trainer.metrics import ideal_pipelined_fraction  # noqa: E402
 from reference_trainer.rollout import RolloutCollector  # noqa: E402

@@ -11,7 +11,7 @@ Workloads:
 
 The grid: staged ``num_stages`` in {1, 2, 4} x ``envs_per_worker`` in {1, 8 / num_stages},
 and decoupled ``recv`` batch sizes {1, 2, 4, 8}; each point builds its vector env and runs
-`pipelined_vec_env.tune.measure_layout` (the loop `tune` models) for the same number of env
+`pipelined_vec_env.tuning.tuner.measure_layout` (the loop `tune` models) for the same number of env
 steps (``point_seconds`` times the rate `tune` measured, so one number for every point of a
 workload). `tune` runs first, with its own time; its chosen layout's rate is the grid's
 measurement of the same layout (or a run of the same length if the grid lacks it).
@@ -53,7 +53,7 @@ from _machine import cpu_model, package_versions  # noqa: E402
 
 from pipelined_vec_env import PipelinedVectorEnv, tune  # noqa: E402
 from pipelined_vec_env.debug_envs import BusyEnv, LatencyEnv  # noqa: E402
-from pipelined_vec_env.tune import measure_layout  # noqa: E402
+from pipelined_vec_env.tuning.tuner import measure_layout  # noqa: E402
 
 __all__ = ["Args", "main"]
 

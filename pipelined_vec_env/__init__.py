@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from . import moved_modules
 from .arguments import default_envs_per_worker
 from .errors import (
     RemoteTraceback,
@@ -15,7 +16,7 @@ from .errors import (
 )
 from .libero.registration import register_libero_envs
 from .registration import make_vec, register
-from .tune import TuneResult, tune
+from .tuning.tuner import TuneResult, tune
 from .vector_env import PipelinedVectorEnv
 
 __version__ = "0.1.0"
@@ -35,5 +36,6 @@ __all__ = [
     "tune",
 ]
 
+moved_modules.install(__name__)  # old module paths (before the layer folders) still import
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 register_libero_envs()  # gymnasium ids only; imports nothing from LIBERO

@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode
 
-from .stages import split_range
+from .stepping.stages import split_range
 
 __all__ = ["VectorEnvArguments", "check_arguments", "default_envs_per_worker", "usable_cores"]
 

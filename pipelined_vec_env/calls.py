@@ -13,7 +13,7 @@ from typing import Any
 from gymnasium.error import NoAsyncCallError
 
 from .errors import WaitTimeoutError
-from .stage_stepping import CallInFlight, StageStepping
+from .stepping.stage_stepping import CallInFlight, StageStepping
 
 __all__ = ["EnvCalls"]
 

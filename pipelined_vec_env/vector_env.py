@@ -14,17 +14,17 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from .arguments import check_arguments
 from .batching import check_actions, to_numpy
 from .calls import EnvCalls
-from .decoupled import DecoupledState
-from .decoupled_methods import DecoupledMethods
 from .env_spaces import spaces_from_descriptions
 from .observations import ObservationStore
-from .pool import WorkerPool
-from .profiling import Profiler
-from .render_devices import check_render_devices
+from .profiling.profiler import Profiler
 from .reset_arguments import reset_arguments
-from .stage_stepping import StageStepping
-from .stages import Stage, check_startable, wait_any_stage
-from .transport import WorkerTransport
+from .stepping.decoupled import DecoupledState
+from .stepping.decoupled_methods import DecoupledMethods
+from .stepping.stage_stepping import StageStepping
+from .stepping.stages import Stage, check_startable, wait_any_stage
+from .workers.pool import WorkerPool
+from .workers.render_devices import check_render_devices
+from .workers.transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
 

@@ -1,7 +1,7 @@
 """Decoupled rollouts: several inference actors serve the env workers through a channel.
 
 The runner behind ``--decoupled``. Every env is an independent stream: its worker posts
-observations to an [`InferenceChannel`][pipelined_vec_env.channel.InferenceChannel], any idle actor
+observations to an [`InferenceChannel`][pipelined_vec_env.stepping.channel.InferenceChannel], any idle actor
 thread batches whatever has been posted and sends each action back to its env (RLinf's
 env decoupled mode; Sample Factory's dynamic batching, Petrenko et al. 2020). Streams
 advance at different rates, but each env takes exactly ``T`` decisions per rollout, so
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from pipelined_vec_env.channel import InferenceChannel, Transition
+from pipelined_vec_env.stepping.channel import InferenceChannel, Transition
 from reference_trainer.agent import RolloutPolicy, obs_to_tensor
 from reference_trainer.envs import EnvFactory
 from reference_trainer.evaluation import EvalResult

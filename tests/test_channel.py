@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pipelined_vec_env import WaitTimeoutError
-from pipelined_vec_env.channel import InferenceChannel, Transition, take_requests
 from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
 from pipelined_vec_env.infos import split_infos
+from pipelined_vec_env.stepping.channel import InferenceChannel, Transition, take_requests
 from tests.conftest import assert_tree_equal
 
 from .conftest import load_script

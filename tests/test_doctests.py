@@ -33,7 +33,7 @@ def modules_with_examples() -> list[str]:
 
 def test_examples_are_found():
     names = modules_with_examples()
-    assert "pipelined_vec_env.vector_env" in names and "pipelined_vec_env.channel" in names
+    assert "pipelined_vec_env.vector_env" in names and "pipelined_vec_env.stepping.channel" in names
 
 
 @pytest.mark.parametrize("name", modules_with_examples())

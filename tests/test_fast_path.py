@@ -26,8 +26,8 @@ from gymnasium.vector import AutoresetMode
 from pipelined_vec_env import PipelinedVectorEnv, spinning
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
 from pipelined_vec_env.errors import WorkerCrashedError
-from pipelined_vec_env.slots import WAKE_STEP_TIMED, ColumnInfos, InfoLayout, StepSlot
-from pipelined_vec_env.worker import spin_for_message
+from pipelined_vec_env.workers.slots import WAKE_STEP_TIMED, ColumnInfos, InfoLayout, StepSlot
+from pipelined_vec_env.workers.worker import spin_for_message
 from tests.conftest import assert_tree_equal, slice_infos
 
 NUM_ENVS = 4

@@ -182,7 +182,7 @@ def test_decoupled_failure_rebuilds_the_worker_and_truncates_its_episodes(
 
 
 def test_channel_run_survives_a_crashed_simulator(make_pipelined):
-    from pipelined_vec_env.channel import InferenceChannel
+    from pipelined_vec_env.stepping.channel import InferenceChannel
 
     envs = make_pipelined([FaultyEnv for _ in range(3)], max_restarts=1)
     fired = []
@@ -231,7 +231,7 @@ def test_decoupled_step_deadline_kills_a_hung_worker(make_pipelined):
 
 
 def test_channel_run_survives_a_hung_simulator(make_pipelined):
-    from pipelined_vec_env.channel import InferenceChannel
+    from pipelined_vec_env.stepping.channel import InferenceChannel
 
     envs = make_pipelined(
         [partial(FaultyEnv, 60.0) for _ in range(2)], step_deadline=0.5, max_restarts=1

@@ -129,7 +129,9 @@ def test_no_import_cycle_at_module_level():
     modules = _modules()
     known = set(modules)
     graph = {name: _module_imports(name, tree, known) for name, tree in modules.items()}
-    assert "pipelined_vec_env.pool" in graph["pipelined_vec_env.stage_stepping"]  # read at all
+    assert (
+        "pipelined_vec_env.workers.pool" in graph["pipelined_vec_env.stepping.stage_stepping"]
+    )  # read at all
     assert not _find_cycles(graph)
 
 
@@ -143,3 +145,68 @@ def test_the_cycle_check_can_fail():
     assert _find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
     lazy = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import x")
     assert _module_imports("pkg.a", lazy, known) == set()
+
+
+# the layers, bottom to top; a module may import its own layer and those below it
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "base",
+        (
+            "errors",
+            "infos",
+            "batching",
+            "env_spaces",
+            "reset_arguments",
+            "shared_memory",
+            "observations",
+            "debug_envs",
+            "video",
+            "moved_modules",
+            "stacks",
+            "profiling",
+        ),
+    ),
+    ("workers", ("workers",)),
+    ("stepping", ("stepping",)),
+    (
+        "vector env",
+        ("vector_env", "arguments", "calls", "registration", "sb3", "wrappers", "libero"),
+    ),
+    ("tuning", ("tuning", "__init__")),
+]
+
+
+def _layer_of(module: str) -> int:
+    """The rank of a package module in ``LAYERS`` (its first name under the package)."""
+    head = module.split(".")[1]
+    for rank, (_, heads) in enumerate(LAYERS):
+        if head in heads:
+            return rank
+    raise AssertionError(f"{module}: in no layer of tests/test_layering.py's LAYERS")
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [
+        f"{name} ({LAYERS[_layer_of(name)][0]}) imports {target} ({LAYERS[_layer_of(target)][0]})"
+        for name, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if _layer_of(target) > _layer_of(name)
+    ]
+
+
+def test_no_layer_imports_a_layer_above_it():
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _module_imports(name, tree, known) for name, tree in modules.items()}
+    assert not _upward_imports(graph), "\n".join(_upward_imports(graph))
+
+
+def test_the_layer_check_can_fail():
+    graph = {
+        "pipelined_vec_env.workers.pool": {"pipelined_vec_env.stepping.stages"},
+        "pipelined_vec_env.stepping.stages": {"pipelined_vec_env.workers.pool"},
+    }
+    assert _upward_imports(graph) == [
+        "pipelined_vec_env.workers.pool (workers) imports pipelined_vec_env.stepping.stages"
+        " (stepping)"
+    ]

@@ -10,8 +10,16 @@ import pytest
 
 from pipelined_vec_env import WorkerCrashedError
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv, UnpicklableError
-from pipelined_vec_env.pool import InFlight
-from pipelined_vec_env.protocol import NO_ANSWER, Command, Ok, Raised, Ready, from_wire, to_wire
+from pipelined_vec_env.workers.pool import InFlight
+from pipelined_vec_env.workers.protocol import (
+    NO_ANSWER,
+    Command,
+    Ok,
+    Raised,
+    Ready,
+    from_wire,
+    to_wire,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,7 +61,9 @@ def test_raised_rebuilds_the_exception_or_keeps_its_description():
 
 
 def test_the_pool_queues_each_command_with_its_envs_until_answered(make_pipelined):
-    envs = make_pipelined([partial(CountingEnv, i) for i in range(4)], num_stages=2)
+    envs = make_pipelined(
+        [partial(CountingEnv, i) for i in range(4)], num_stages=2, envs_per_worker=1
+    )
     envs.reset(seed=0)
     envs.step_async(np.zeros(2, dtype=np.int64), stage=1)
     pool = envs._pool

@@ -8,10 +8,10 @@ import gymnasium as gym
 import pytest
 
 from pipelined_vec_env import PipelinedVectorEnv
-from pipelined_vec_env.chrome_trace import build_trace, write_trace
-from pipelined_vec_env.profile_records import Recording, merged_waits, placed
-from pipelined_vec_env.profile_summary import summarize
-from pipelined_vec_env.profiling import Profiler, ProfilingDisabledError
+from pipelined_vec_env.profiling.chrome_trace import build_trace, write_trace
+from pipelined_vec_env.profiling.profiler import Profiler, ProfilingDisabledError
+from pipelined_vec_env.profiling.records import Recording, merged_waits, placed
+from pipelined_vec_env.profiling.summary import summarize
 
 MS = 1_000_000
 

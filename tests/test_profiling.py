@@ -14,7 +14,7 @@ from gymnasium import spaces
 
 import pipelined_vec_env
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
-from pipelined_vec_env.profiling import BOTTLENECKS, ProfilingDisabledError
+from pipelined_vec_env.profiling.profiler import BOTTLENECKS, ProfilingDisabledError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -260,7 +260,7 @@ def test_pause_leaves_time_out_of_wall(make_pipelined):
 
 @pytest.mark.parametrize("slow", ["policy", "env"])
 def test_inference_channel_bottleneck(make_pipelined, slow):
-    from pipelined_vec_env.channel import InferenceChannel
+    from pipelined_vec_env.stepping.channel import InferenceChannel
 
     envs = make_pipelined([partial(_sleepy, 0.03)] * 2, profile=True)
 

@@ -162,7 +162,7 @@ def test_decoupled_send_recv_matches_multiprocessing(ray_local, make_pipelined):
 
 
 def test_inference_channel_with_ray_workers_matches_multiprocessing(ray_local, make_pipelined):
-    from pipelined_vec_env.channel import InferenceChannel
+    from pipelined_vec_env.stepping.channel import InferenceChannel
 
     def policy(obs: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
         return (env_ids + obs[:, 1].astype(np.int64)) % 3

@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent(
 
 
     if __name__ == "__main__":
-        mp.set_forkserver_preload(["pipelined_vec_env.worker", "pipelined_vec_env.debug_envs"])
+        mp.set_forkserver_preload(["pipelined_vec_env.workers.worker", "pipelined_vec_env.debug_envs"])
         cycles = int(sys.argv[1])
         segments = []
         for i in range(4):  # warm-up: forkserver, resource tracker, imports, caches

@@ -12,7 +12,7 @@ import pytest
 
 from pipelined_vec_env import spinning
 from pipelined_vec_env.debug_envs import FaultyEnv
-from pipelined_vec_env.spinning import PROBE_FIRST, PROBE_MAX, SPIN_SECONDS, SpinGate
+from pipelined_vec_env.workers.spinning import PROBE_FIRST, PROBE_MAX, SPIN_SECONDS, SpinGate
 from tests.test_fast_path import spin_as_on_a_quiet_machine, workers
 
 QUICK, SLOW = SPIN_SECONDS / 10, SPIN_SECONDS * 40

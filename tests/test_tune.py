@@ -17,9 +17,9 @@ import pytest
 
 from pipelined_vec_env import TuneResult, tune
 from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv, LatencyEnv
-from pipelined_vec_env.layout_model import Costs, Layout, overlap_bound, simulate
-from pipelined_vec_env.tune import measure_layout
-from pipelined_vec_env.tune_selection import choose, rate, runoff, separated, survivors
+from pipelined_vec_env.tuning.layout_model import Costs, Layout, overlap_bound, simulate
+from pipelined_vec_env.tuning.selection import choose, rate, runoff, separated, survivors
+from pipelined_vec_env.tuning.tuner import measure_layout
 
 
 def _zeros(obs: np.ndarray, action_dim: int = 2) -> np.ndarray:
@@ -97,7 +97,7 @@ def test_result_structure_and_kwargs_build_a_working_env(make_pipelined):
 def test_worker_priority_is_considered_when_cpu_bound_envs_oversubscribe_the_cores(
     make_pipelined,
 ):
-    from pipelined_vec_env.tune import NICED_WORKERS
+    from pipelined_vec_env.tuning.tuner import NICED_WORKERS
 
     # 4 CPU-bound envs on 1 core: the caller's CPU waits behind the simulators
     result = tune(

@@ -1,6 +1,6 @@
 """A model of a single-caller rollout loop: predicts env steps/s of a layout from costs.
 
-Used by `pipelined_vec_env.tune.tune`. The design notes' overlap bound (``../shared/design.md``)
+Used by `pipelined_vec_env.tuning.tuner.tune`. The design notes' overlap bound (``../shared/design.md``)
 and issue 14's closed form for one worker per stage,
 
     rate = N / max(N * B, k * Te + k * B, N * Te / min(cores, stages)),
@@ -70,7 +70,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class Costs:
-    """What the model needs, measured (see `pipelined_vec_env.tune.tune`). Seconds.
+    """What the model needs, measured (see `pipelined_vec_env.tuning.tuner.tune`). Seconds.
 
     Attributes:
         step_cpu: Per env, samples of one step's CPU time in its worker (float64

@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from .infos import merge_info
-from .shared_memory import SharedArray
+from ..infos import merge_info
+from ..shared_memory import SharedArray
 
 __all__ = [
     "DONE_COLUMNS",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .profile_records import Recording, busy_ns, merged_waits, placed, union_ns
+from .records import Recording, busy_ns, merged_waits, placed, union_ns
 
 __all__ = ["BOTTLENECKS", "summarize"]
 

@@ -6,8 +6,8 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from .profile_records import Recording, merged_waits, placed
-from .profile_summary import summarize
+from .records import Recording, merged_waits, placed
+from .summary import summarize
 
 __all__ = ["draw_timeline"]
 

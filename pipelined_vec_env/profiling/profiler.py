@@ -38,10 +38,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._timeline import draw_timeline
 from .chrome_trace import build_trace, write_trace
-from .profile_records import Recording, busy_ns, finished_ns
-from .profile_summary import BOTTLENECKS, summarize
+from .records import Recording, busy_ns, finished_ns
+from .summary import BOTTLENECKS, summarize
+from .timeline import draw_timeline
 
 __all__ = ["BOTTLENECKS", "Profiler", "ProfilingDisabledError"]
 
@@ -312,7 +312,7 @@ class Profiler:
             A JSON-ready dict: `wall_s`, per-stage and per-worker shares of it, the
             `bottleneck` (one of `BOTTLENECKS`) with `bottleneck_reason`, a sentence
             saying why, and `predicted_speedup` of other layouts; every key is described
-            in [`summarize`][pipelined_vec_env.profile_summary.summarize].
+            in [`summarize`][pipelined_vec_env.profiling.summary.summarize].
 
         Raises:
             ProfilingDisabledError: Profiling is off.
@@ -341,7 +341,7 @@ class Profiler:
         One track per worker (its commands as the worker ran them, the round trip in
         `args`), per stage (calls in flight) and per caller thread (spans and waits);
         restarts, deadline kills and deaths as instant events. The layout is described
-        in [`chrome_trace`][pipelined_vec_env.chrome_trace].
+        in [`chrome_trace`][pipelined_vec_env.profiling.chrome_trace].
 
         Args:
             path: Output file.

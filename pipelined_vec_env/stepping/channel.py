@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium import spaces
 
+from ..batching import batch_slice, concat_batches, stack_batches, swap_leading_axes
+from ..errors import WaitTimeoutError
+from ..infos import split_infos
+from ..workers.waiting import deadline_after, remaining
 from .actors import ActorStats, InferenceActors, Policy, Request, take_requests
-from .batching import batch_slice, concat_batches, stack_batches, swap_leading_axes
-from .errors import WaitTimeoutError
-from .infos import split_infos
-from .waiting import deadline_after, remaining
 
 if TYPE_CHECKING:
-    from .vector_env import PipelinedVectorEnv
+    from ..vector_env import PipelinedVectorEnv
 
 __all__ = [
     "ActorStats",
@@ -123,15 +123,15 @@ class EnvTrajectory:
 
 @dataclass
 class DecoupledRollout:
-    """The result of [`InferenceChannel.run`][pipelined_vec_env.channel.InferenceChannel.run].
+    """The result of [`InferenceChannel.run`][pipelined_vec_env.stepping.channel.InferenceChannel.run].
 
     Attributes:
         steps: ``(num_envs,)`` int64 steps each env took during the run.
         final_obs: A batch of ``num_envs`` observations in env order: each env's latest
             observation, on which its next action will be computed (bootstrap it).
-        trajectories: One [`EnvTrajectory`][pipelined_vec_env.channel.EnvTrajectory] per env in env order, or None when the
+        trajectories: One [`EnvTrajectory`][pipelined_vec_env.stepping.channel.EnvTrajectory] per env in env order, or None when the
             run did not record.
-        actor_stats: One [`ActorStats`][pipelined_vec_env.channel.ActorStats] per actor for this run.
+        actor_stats: One [`ActorStats`][pipelined_vec_env.stepping.channel.ActorStats] per actor for this run.
         turnaround: Seconds from each env batch's arrival in the driver to its actions
             being sent back (queue wait + inference + hand-over).
         wall_seconds: Duration of the run.
@@ -187,23 +187,23 @@ class DecoupledRollout:
 class InferenceChannel:
     """A channel between the workers of a [`PipelinedVectorEnv`][pipelined_vec_env.PipelinedVectorEnv] and inference actors.
 
-    The calling thread drives the run ([`reset`][pipelined_vec_env.channel.InferenceChannel.reset], [`run`][pipelined_vec_env.channel.InferenceChannel.run]); it alone calls
+    The calling thread drives the run ([`reset`][pipelined_vec_env.stepping.channel.InferenceChannel.reset], [`run`][pipelined_vec_env.stepping.channel.InferenceChannel.run]); it alone calls
     ``envs.recv`` / ``envs.send``. Each policy runs in its own daemon thread (an actor).
     Whenever envs of one worker finish a step, their observations are posted as one env
     batch; an idle actor takes up to ``rollout_queue_size`` env batches (waiting at most
     ``max_wait`` seconds after the first for more), runs its policy on them as one batch,
     and the driver routes each action back to the env it belongs to.
 
-    Each env takes exactly ``steps_per_env`` steps per [`run`][pipelined_vec_env.channel.InferenceChannel.run], at its own pace, so a
+    Each env takes exactly ``steps_per_env`` steps per [`run`][pipelined_vec_env.stepping.channel.InferenceChannel.run], at its own pace, so a
     run's per-env trajectories are what a synchronous loop of ``steps_per_env`` steps
-    would produce for a policy that decides per observation (see [`run`][pipelined_vec_env.channel.InferenceChannel.run]). Between
+    would produce for a policy that decides per observation (see [`run`][pipelined_vec_env.stepping.channel.InferenceChannel.run]). Between
     runs every env waits with its latest observation; the next run continues from it.
 
     Examples:
         >>> import gymnasium as gym
         >>> import numpy as np
         >>> from pipelined_vec_env import PipelinedVectorEnv
-        >>> from pipelined_vec_env.channel import InferenceChannel
+        >>> from pipelined_vec_env.stepping.channel import InferenceChannel
         >>> envs = PipelinedVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
         >>> def policy(obs, env_ids):
         ...     return (obs[:, 2] > 0).astype(np.int64)
@@ -308,7 +308,7 @@ class InferenceChannel:
         options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
         timeout: float | None = None,
     ) -> None:
-        """Reset every env (``envs.async_reset``); the next [`run`][pipelined_vec_env.channel.InferenceChannel.run] starts from there.
+        """Reset every env (``envs.async_reset``); the next [`run`][pipelined_vec_env.stepping.channel.InferenceChannel.run] starts from there.
 
         Results still in flight from a failed run are received and dropped first, and
         requests still queued are discarded, so a channel is reusable after an error that
@@ -362,7 +362,7 @@ class InferenceChannel:
             steps_per_env: Steps each env takes (>= 1).
             record: Keep every transition and return per-env trajectories (training);
                 False keeps only counts and the final observations (evaluation).
-            on_transition: Called in this thread with each [`Transition`][pipelined_vec_env.channel.Transition] as it
+            on_transition: Called in this thread with each [`Transition`][pipelined_vec_env.stepping.channel.Transition] as it
                 completes (per env in order; across envs in arrival order).
             episodes_per_env: Also stop an env after it finished this many episodes.
             env_ids: Only these envs take part (None: all); the others keep waiting with
@@ -371,11 +371,11 @@ class InferenceChannel:
                 waits while the workers are alive.
 
         Returns:
-            A [`DecoupledRollout`][pipelined_vec_env.channel.DecoupledRollout].
+            A [`DecoupledRollout`][pipelined_vec_env.stepping.channel.DecoupledRollout].
 
         Raises:
             RuntimeError: Closed, never reset, or broken by an earlier failure (call
-                [`reset`][pipelined_vec_env.channel.InferenceChannel.reset]).
+                [`reset`][pipelined_vec_env.stepping.channel.InferenceChannel.reset]).
             ValueError: Bad ``steps_per_env`` / ``episodes_per_env``, or actions that do
                 not fit the action space.
             WaitTimeoutError: Nothing happened within ``timeout`` seconds.

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .batching import concat_batches, to_numpy
+from ..batching import concat_batches, to_numpy
 
 __all__ = ["ActorStats", "InferenceActors", "Policy", "Reply", "Request", "take_requests"]
 

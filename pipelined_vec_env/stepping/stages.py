@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 
-from .errors import StageFailedError, WaitTimeoutError
-from .failures import describe_failure, raise_worker_error
-from .protocol import Answer, Ok, Raised
-from .transport import WorkerTransport
-from .waiting import deadline_after, remaining
+from ..errors import StageFailedError, WaitTimeoutError
+from ..workers.failures import describe_failure, raise_worker_error
+from ..workers.protocol import Answer, Ok, Raised
+from ..workers.transport import WorkerTransport
+from ..workers.waiting import deadline_after, remaining
 
 if TYPE_CHECKING:
-    from .pool import WorkerPool
+    from ..workers.pool import WorkerPool
 
 __all__ = ["Stage", "StageState", "split_range", "wait_any_stage"]
 
@@ -235,6 +235,6 @@ def wait_any_stage(stages: list[Stage], pool: WorkerPool, timeout: float | None)
 
 
 def check_startable(stages: list[Stage], op: str, whole: bool) -> None:
-    """Run [`Stage.begin`][pipelined_vec_env.stages.Stage.begin] on each stage (all checks before any worker is touched)."""
+    """Run [`Stage.begin`][pipelined_vec_env.stepping.stages.Stage.begin] on each stage (all checks before any worker is touched)."""
     for stage in stages:
         stage.begin(op, whole)

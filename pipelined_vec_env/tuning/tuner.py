@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 from gymnasium import Env
 
-from .batching import batch_slice
+from ..batching import batch_slice
+from ..vector_env import PipelinedVectorEnv
+from ..workers.spinning import usable_cores
 from .layout_model import Costs, Layout, rank
-from .spinning import usable_cores
-from .tune_selection import choose, rate, runoff, survivors
-from .vector_env import PipelinedVectorEnv
+from .selection import choose, rate, runoff, survivors
 
 __all__ = ["NICED_WORKERS", "TuneResult", "measure_layout", "tune"]
 
@@ -500,7 +500,7 @@ def tune(
        (from ``step()`` rounds on the policy's own actions), and the policy's wall and CPU
        time at the batch sizes the layouts need.
     2. Predict every candidate layout's env steps/s with
-       `pipelined_vec_env.layout_model.simulate` (the overlap bound of the design notes,
+       `pipelined_vec_env.tuning.layout_model.simulate` (the overlap bound of the design notes,
        generalised; see ``docs/tune.md``).
     3. Verify: the ``verify_top`` best predicted, every other layout predicted within
        ``verify_close`` of the best (at most ``verify_top + 2`` in all), and the best of the
@@ -566,7 +566,7 @@ def tune(
             ``worker_threads`` ...), used for every vector env and returned in ``kwargs``.
 
     Returns:
-        A [`TuneResult`][pipelined_vec_env.tune.TuneResult].
+        A [`TuneResult`][pipelined_vec_env.tuning.tuner.TuneResult].
 
     Raises:
         ValueError: A bad argument (checked before any worker starts), or a policy that

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ..stacks import StackFile
 from .main_module import main_reference
 from .protocol import Answer, Command, Crashed, Ok, Raised, Ready, from_wire
 from .slots import (
@@ -34,12 +35,11 @@ from .slots import (
     send_short,
 )
 from .spinning import SPIN_SECONDS, SpinGate, machine_quiet, spin_until
-from .stacks import StackFile
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import send, worker_main
 
 if TYPE_CHECKING:
-    from .profiling import Profiler
+    from ..profiling.profiler import Profiler
 
 __all__ = ["ProcessBackend", "WireStats", "WorkerHandle"]
 
@@ -505,7 +505,7 @@ class ProcessBackend:
 
         A handle holds one received answer at a time: one whose ``answer`` was not taken
         yet is not read again. Watches each pending worker's pipe and process sentinel
-        (see [`poll_fds`][pipelined_vec_env.waiting.poll_fds]).
+        (see [`poll_fds`][pipelined_vec_env.workers.waiting.poll_fds]).
 
         Args:
             handles: Handles to watch; those not pending are ignored.

@@ -4,7 +4,7 @@ A worker owns one or several envs (``envs_per_worker``), built inside it from
 cloudpickled constructors, so simulators never share a process with the caller. It
 serves one command at a time from its pipe and answers each with exactly one message.
 
-Commands and answers are the typed ones of [`pipelined_vec_env.protocol`][pipelined_vec_env.protocol]
+Commands and answers are the typed ones of [`pipelined_vec_env.protocol`][pipelined_vec_env.workers.protocol]
 (`Command`, `Ok`, `Raised`, `Ready`): a message from the caller is ``(command, payload)``,
 or ``(command, payload, True)`` while profiling, which asks for the worker's start and
 finish times (``time.monotonic_ns``) in the `Ok` answer. At start-up the worker sends
@@ -44,6 +44,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from ..stacks import install_stack_dump
 from .main_module import install_lazy_main, load_main
 from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
 from .slots import (
@@ -57,7 +58,6 @@ from .slots import (
     send_short,
 )
 from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until
-from .stacks import install_stack_dump
 
 __all__ = [
     "THREAD_ENV_VARS",

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..reset_arguments import reset_arguments
 from .decoupled import DecoupledState
-from .reset_arguments import reset_arguments
 from .stage_stepping import StageStepping
 from .stages import Stage
 

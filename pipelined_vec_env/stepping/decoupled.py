@@ -22,15 +22,15 @@ from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from .batching import batch_slice, check_actions, to_numpy
-from .errors import WaitTimeoutError, WorkerCrashedError
-from .failures import describe_failure, raise_worker_error
-from .infos import merge_info
-from .observations import ObservationStore
-from .pool import InFlight, WorkerPool
-from .protocol import Answer, Command, Crashed, Ok
-from .slots import SlotRead
-from .waiting import deadline_after, remaining
+from ..batching import batch_slice, check_actions, to_numpy
+from ..errors import WaitTimeoutError, WorkerCrashedError
+from ..infos import merge_info
+from ..observations import ObservationStore
+from ..workers.failures import describe_failure, raise_worker_error
+from ..workers.pool import InFlight, WorkerPool
+from ..workers.protocol import Answer, Command, Crashed, Ok
+from ..workers.slots import SlotRead
+from ..workers.waiting import deadline_after, remaining
 
 __all__ = ["DecoupledState"]
 

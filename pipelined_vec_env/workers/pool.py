@@ -35,12 +35,12 @@ from typing import Any
 
 import cloudpickle
 
-from .errors import WaitTimeoutError, WorkerCrashedError, describe_exit
+from ..errors import WaitTimeoutError, WorkerCrashedError, describe_exit
+from ..stacks import innermost_frames
 from .failures import raise_worker_error
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready, TimedOut
 from .render_devices import RenderDeviceEnvFn
 from .spinning import TAIL_SPIN_SECONDS, SpinGate, can_spin
-from .stacks import innermost_frames
 from .transport import WorkerBackend, WorkerTransport
 from .waiting import deadline_after, poll_fds, remaining
 from .worker import NicedEnvFn
@@ -114,8 +114,8 @@ def _preload_worker_module(ctx: Any) -> None:
     from multiprocessing import forkserver
 
     preload = list(getattr(forkserver._forkserver, "_preload_modules", []))
-    if "pipelined_vec_env.worker" not in preload:
-        ctx.set_forkserver_preload([*preload, "pipelined_vec_env.worker"])
+    if "pipelined_vec_env.workers.worker" not in preload:
+        ctx.set_forkserver_preload([*preload, "pipelined_vec_env.workers.worker"])
 
 
 def _default_context() -> str:

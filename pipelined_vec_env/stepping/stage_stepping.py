@@ -20,16 +20,16 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from .batching import batch_slice
+from ..batching import batch_slice
+from ..infos import add_env_info
+from ..observations import ObservationStore
+from ..workers.pool import WorkerPool
+from ..workers.protocol import Answer, Command, Ok
+from ..workers.slots import ColumnInfos, SlotRead, read_step
+from ..workers.spinning import hand_over_core
+from ..workers.transport import WorkerTransport
 from .decoupled import DecoupledState
-from .infos import add_env_info
-from .observations import ObservationStore
-from .pool import WorkerPool
-from .protocol import Answer, Command, Ok
-from .slots import ColumnInfos, SlotRead, read_step
-from .spinning import hand_over_core
 from .stages import Stage, StageState, check_startable
-from .transport import WorkerTransport
 
 __all__ = ["CallInFlight", "StageStepping", "attach_partial"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
+from ..errors import RemoteTraceback, WaitTimeoutError, WorkerCrashedError, WorkerError
 from .protocol import Answer, Crashed, Raised, TimedOut
 
 __all__ = ["describe_failure", "raise_worker_error"]

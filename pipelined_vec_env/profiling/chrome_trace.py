@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .profile_records import Recording, merged_waits, placed
+from .records import Recording, merged_waits, placed
 
 __all__ = ["build_trace", "write_trace"]
 

@@ -1,10 +1,10 @@
 """Ray backend: each worker is a Ray actor, so envs can run on any node of a Ray cluster.
 
 ``PipelinedVectorEnv(..., backend="ray")`` builds one `RayWorkerHandle` per worker
-instead of a subprocess [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle]. The actor
+instead of a subprocess [`WorkerHandle`][pipelined_vec_env.workers.worker_handle.WorkerHandle]. The actor
 (`EnvWorkerActor`) owns the same ``_WorkerEnvs`` as a subprocess worker and answers
 the same commands with the same typed answers (`Ok`, `Raised`; one dispatch,
-`pipelined_vec_env.worker.serve_command`), so the
+`pipelined_vec_env.workers.worker.serve_command`), so the
 stages, decoupled stepping, errors, ``max_restarts`` and ``step_deadline`` of the core work
 unchanged on top of it:
 
@@ -179,7 +179,7 @@ class EnvWorkerActor:
 
     Made a Ray actor class with `ray.remote` when first used (see
     `_actor_class`). Its methods return the subprocess protocol's answers (see
-    [`pipelined_vec_env.protocol`][pipelined_vec_env.protocol]); env exceptions come back as `Raised`.
+    [`pipelined_vec_env.protocol`][pipelined_vec_env.workers.protocol]); env exceptions come back as `Raised`.
 
     Args:
         worker_index: This worker's index (for messages).
@@ -242,7 +242,7 @@ class RayWorkerHandle:
     """The caller's side of one worker running as a Ray actor.
 
     Implements `transport.WorkerTransport`, as the subprocess
-    [`WorkerHandle`][pipelined_vec_env.worker_handle.WorkerHandle] does; the waits on
+    [`WorkerHandle`][pipelined_vec_env.workers.worker_handle.WorkerHandle] does; the waits on
     several actors at once are `RayBackend`'s. Answers are ``ObjectRef``\\ s queued in
     ``refs`` in submission order; each one not received yet counts as an expected answer
     (``pending``).

@@ -1,0 +1,9 @@
+"""The tuner: measure a few layouts on the user's envs and policy, predict the rest with
+a layout model, verify the best (``pipelined_vec_env.tune``).
+
+``tuner`` holds ``tune`` and ``measure_layout``; ``layout_model`` simulates a layout from
+measured step and inference times; ``selection`` picks the layouts to measure and verify.
+
+May import: the vector env and everything below it. Nothing imports it but the package's
+``__init__``.
+"""
