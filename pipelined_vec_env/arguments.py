@@ -24,6 +24,19 @@ __all__ = ["VectorEnvArguments", "check_arguments", "default_envs_per_worker", "
 Layout = list[tuple[int, list[tuple[int, int]]]]
 
 
+class ArgumentField:
+    """A read-only attribute of the vector env, read from the `VectorEnvArguments` it holds
+    (``envs.arguments``): ``envs.num_stages`` is ``envs.arguments.num_stages``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.arguments, self.name)
+
+
 @dataclass(frozen=True)
 class VectorEnvArguments:
     """The checked and normalised arguments of one `PipelinedVectorEnv`.

@@ -11,7 +11,7 @@ from gymnasium import Env, Space
 from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from .arguments import check_arguments
+from .arguments import ArgumentField, check_arguments
 from .batching import check_actions, to_numpy
 from .calls import EnvCalls
 from .env_spaces import spaces_from_descriptions
@@ -154,6 +154,9 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             non-empty sequence of ints >= 0.
 
     Attributes:
+        arguments: The checked constructor arguments, a `VectorEnvArguments`; its fields
+            (``num_stages``, ``envs_per_worker`` as resolved, ``stage_slices``,
+            ``step_deadline`` ...) also read as attributes of the vector env.
         decoupled: The bookkeeping of decoupled stepping (`async_reset`/`recv`/`send`), a
             `DecoupledState`; the inference channel waits through it
             (`DecoupledState.wait`, `DecoupledState.has_results`). Not part of the
@@ -168,6 +171,19 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             (an env id the workers do not know even after loading the caller's main
             script: gymnasium's `UnregisteredEnv` subclass).
     """
+
+    env_fns = ArgumentField()
+    num_stages = ArgumentField()
+    envs_per_worker = ArgumentField()
+    observation_mode = ArgumentField()
+    backend = ArgumentField()
+    shared_memory = ArgumentField()
+    max_restarts = ArgumentField()
+    step_deadline = ArgumentField()
+    start_timeout = ArgumentField()
+    worker_nice = ArgumentField()
+    cpu_affinity = ArgumentField()
+    stage_slices = ArgumentField()
 
     def __init__(
         self,
@@ -220,22 +236,11 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             shared_memory=shared_memory,
         )
         self.render_devices = check_render_devices(render_devices)
+        self.arguments = args
         self.autoreset_mode = args.autoreset_mode
-        self.env_fns = args.env_fns
         self.num_envs = args.num_envs
-        self.num_stages = args.num_stages
-        self.envs_per_worker = args.envs_per_worker
         self.copy = copy
-        self.observation_mode = args.observation_mode
-        self.backend = args.backend
-        self.shared_memory = args.shared_memory
-        self.max_restarts = args.max_restarts
-        self.step_deadline = args.step_deadline
-        self.start_timeout = args.start_timeout
-        self.info_layout = args.info_layout
-        self.worker_nice = args.worker_nice
-        self.cpu_affinity = args.cpu_affinity
-        self.stage_slices: tuple[slice, ...] = args.stage_slices
+        self.info_layout = args.info_layout  # a public attribute that may change between calls
         recorder = self.profiler if profile else None
         self._pool = WorkerPool(
             start_timeout=self.start_timeout,

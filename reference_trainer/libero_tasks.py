@@ -147,6 +147,20 @@ def _demo_env(suite: str, task_id: int, ids: tuple[int, ...]) -> gym.Env:
     return InitStateCycle(LiberoEnv(suite, task_id, state_features="both"), ids)
 
 
+def _check_demo_arguments(
+    tasks: Sequence[int], init_state_ids: Sequence[int], noise_std: float
+) -> tuple[list[int], tuple[int, ...]]:
+    """``collect_suite_demos``' task ids and init state ids as ints, checked (ValueError)."""
+    task_ids, ids = [int(t) for t in tasks], tuple(int(k) for k in init_state_ids)
+    if not task_ids or len(set(task_ids)) != len(task_ids):
+        raise ValueError(f"tasks: expected distinct task ids, got {task_ids}")
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError(f"init_state_ids: expected distinct ids, got {list(ids)}")
+    if noise_std < 0:
+        raise ValueError(f"noise_std: expected >= 0, got {noise_std}")
+    return task_ids, ids
+
+
 def collect_suite_demos(
     suite: str,
     tasks: Sequence[int],
@@ -188,13 +202,7 @@ def collect_suite_demos(
     from pipelined_vec_env.libero.demos import Demo, DemoSet
     from pipelined_vec_env.libero.expert import PickPlaceExpert
 
-    tasks, ids = [int(t) for t in tasks], tuple(int(k) for k in init_state_ids)
-    if not tasks or len(set(tasks)) != len(tasks):
-        raise ValueError(f"tasks: expected distinct task ids, got {tasks}")
-    if not ids or len(set(ids)) != len(ids):
-        raise ValueError(f"init_state_ids: expected distinct ids, got {list(ids)}")
-    if noise_std < 0:
-        raise ValueError(f"noise_std: expected >= 0, got {noise_std}")
+    tasks, ids = _check_demo_arguments(tasks, init_state_ids, noise_std)
     n = len(tasks)
     stages = max(1, min(num_workers, n))
     envs = PipelinedVectorEnv(

@@ -1,5 +1,6 @@
-"""The package's structure rules, read from its source: no import cycle, and no module
-reading another module's private members (docs/worker_layer.md).
+"""The package's structure rules, read from its source: no import cycle, no module
+reading another module's private members (docs/worker_layer.md), and functions and classes
+of a size a reader can hold in mind.
 
 Both are checked on the AST, nothing is imported. Imports under ``if TYPE_CHECKING:`` and
 inside functions are not module imports (they run later, or never) and are left out of the
@@ -12,6 +13,22 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipelined_vec_env"
+TRAINER = PACKAGE.parent / "reference_trainer"
+
+MAX_FUNCTION_LINES = 100
+MAX_CLASS_LINES = 500
+# the functions and classes over those sizes today, with their length (lines, docstring left
+# out): an entry may only shrink, and goes when its function or class is back under the limit
+LONG_FUNCTIONS = {
+    "pipelined_vec_env.profiling.timeline.draw_timeline": 117,
+    "pipelined_vec_env.stepping.channel.InferenceChannel._run": 139,
+    "pipelined_vec_env.tuning.layout_model.simulate": 107,
+    "pipelined_vec_env.libero.collect.collect_demos": 141,
+    "pipelined_vec_env.vector_env.PipelinedVectorEnv.__init__": 127,
+    "reference_trainer.bc.train_bc": 136,
+    "reference_trainer.train.train": 433,
+}
+LONG_CLASSES: dict[str, int] = {}
 
 # private members of other code that the package reads on purpose: the standard library's
 # (os._exit in a child process, the fork server's preload list and liveness descriptor) and
@@ -210,3 +227,76 @@ def test_the_layer_check_can_fail():
         "pipelined_vec_env.workers.pool (workers) imports pipelined_vec_env.stepping.stages"
         " (stepping)"
     ]
+
+
+def _sizes(module: str, tree: ast.Module) -> dict[str, tuple[str, int]]:
+    """Every function and class of ``tree``, nested ones too: qualified name -> (``"def"``
+    or ``"class"``, lines from its ``def``/``class`` line to its last, less its own
+    docstring: the reference beside the code, not code to hold in mind)."""
+    sizes = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                kind = "class" if isinstance(child, ast.ClassDef) else "def"
+                name = f"{prefix}.{child.name}"
+                lines = child.end_lineno - child.lineno + 1
+                if ast.get_docstring(child, clean=False) is not None:
+                    doc = child.body[0]
+                    lines -= doc.end_lineno - doc.lineno + 1
+                sizes[name] = (kind, lines)
+                visit(child, name)
+            else:
+                visit(child, prefix)
+
+    visit(tree, module.removesuffix(".__init__"))
+    return sizes
+
+
+def _too_long(
+    sizes: dict[str, tuple[str, int]], kind: str, limit: int, allowed: dict[str, int]
+) -> list[str]:
+    """The ``kind`` definitions over ``limit`` lines, less those ``allowed`` at their length
+    or above it."""
+    return [
+        f"{name}: {lines} lines (limit {limit}"
+        + (f", allowed {allowed[name]})" if name in allowed else ")")
+        for name, (k, lines) in sorted(sizes.items())
+        if k == kind and lines > limit and lines > allowed.get(name, limit)
+    ]
+
+
+def _all_sizes() -> dict[str, tuple[str, int]]:
+    sizes = {}
+    for root in (PACKAGE, TRAINER):
+        for path in sorted(root.rglob("*.py")):
+            module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+            sizes |= _sizes(module, ast.parse(path.read_text()))
+    return sizes
+
+
+def test_no_function_over_max_lines():
+    sizes = _all_sizes()
+    assert "reference_trainer.train.train" in sizes  # the trainer is read too
+    problems = _too_long(sizes, "def", MAX_FUNCTION_LINES, LONG_FUNCTIONS)
+    assert not problems, "split these functions into named steps:\n" + "\n".join(problems)
+
+
+def test_no_class_over_max_lines():
+    problems = _too_long(_all_sizes(), "class", MAX_CLASS_LINES, LONG_CLASSES)
+    assert not problems, "move a cohesive part of these classes out:\n" + "\n".join(problems)
+
+
+def test_the_size_checks_can_fail():
+    body = "\n".join(f"    x{i} = {i}" for i in range(3))
+    tree = ast.parse(f"class A:\n    def f(self):\n        def g():\n            pass\n{body}\n")
+    sizes = _sizes("pkg.m", tree)
+    assert sizes == {"pkg.m.A": ("class", 7), "pkg.m.A.f": ("def", 3), "pkg.m.A.f.g": ("def", 2)}
+    assert _too_long(sizes, "def", 2, {}) == ["pkg.m.A.f: 3 lines (limit 2)"]
+    assert _too_long(sizes, "def", 2, {"pkg.m.A.f": 3}) == []
+    assert _too_long(sizes, "def", 2, {"pkg.m.A.f": 2}) == [
+        "pkg.m.A.f: 3 lines (limit 2, allowed 2)"
+    ]
+    assert _too_long(sizes, "class", 6, {}) == ["pkg.m.A: 7 lines (limit 6)"]
+    documented = ast.parse('def f():\n    """One.\n\n    Two.\n    """\n    return 1\n')
+    assert _sizes("pkg.m", documented) == {"pkg.m.f": ("def", 2)}

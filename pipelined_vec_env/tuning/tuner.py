@@ -266,20 +266,13 @@ def _timed_steps(env: Env, max_steps: int, seconds: float, seed: int) -> np.ndar
     return np.array(rows, dtype=np.float64).reshape(-1, 3)
 
 
-def _measure(
-    envs: PipelinedVectorEnv,
-    policy: Callable[[Any], Any],
-    sizes: list[int],
-    cores: int,
-    probe_steps: int,
-    probe_seconds: float,
-    seed: int,
-    timeout: float,
-) -> tuple[Costs, dict[str, Any]]:
+def _message_costs(
+    envs: PipelinedVectorEnv, policy: Callable[[Any], Any], obs: Any, probe_seconds: float
+) -> tuple[float, float, np.ndarray]:
+    """The round-trip latency of a no-op command to one worker (wall seconds), the caller's
+    CPU per worker message (seconds, less the policy's own) and each worker's CPU per
+    ``step()`` round (seconds, ``(workers,)``)."""
     n = envs.num_envs
-    reset_obs, _ = envs.reset(seed=seed)
-    obs = reset_obs
-    # one command round trip to one worker (wall)
     for _ in range(3):
         envs.call_at([0], _noop)
     trips = []
@@ -290,8 +283,7 @@ def _measure(
     latency = float(np.median(trips))
     # whole step() rounds on the policy's own actions (their dtype and layout decide the
     # path they take to the workers: an action batch that does not match the action
-    # space's dtype goes pickled, costing both sides more): the caller's CPU per message
-    # (less the policy's own), the workers' CPU per env step
+    # space's dtype goes pickled, costing both sides more)
     actions = policy(obs)
     _check_policy_output(actions, n, envs)
     obs, *_ = envs.step(actions)
@@ -307,21 +299,23 @@ def _measure(
     caller_cpu = max(0.0, time.process_time() - c0 - policy_cpu_in_rounds)
     message_cpu = caller_cpu / rounds / (n + 1)
     in_rounds = (np.array(envs.call(_worker_cpu)) - before)[:, 0] / rounds
-    # each env's steps, timed inside its worker (all at once, as the loops run them)
-    envs.call_async(_timed_steps, probe_steps, probe_seconds, seed)
-    timed = envs.call_wait(timeout=timeout)
-    envs.reset(seed=seed)
-    step_cpu = [np.maximum(t[:, 0], 0.0) for t in timed]
-    step_wait = [np.maximum(t[:, 1], 0.0) for t in timed]
-    step_wall = [t[:, 2] for t in timed]
-    step_sleep = [
-        np.maximum(w - c - q, 0.0) for w, c, q in zip(step_wall, step_cpu, step_wait, strict=True)
-    ]
-    worker_message_cpu = max(0.0, float(np.mean(in_rounds - [c.mean() for c in step_cpu])))
+    return latency, message_cpu, in_rounds
+
+
+def _core_share(
+    cores: int,
+    step_cpu: list[np.ndarray],
+    step_wait: list[np.ndarray],
+    step_sleep: list[np.ndarray],
+    step_wall: list[np.ndarray],
+) -> tuple[float, float, float]:
+    """From the probe's steps (seconds, one array per env): the share of the time runnable
+    the envs ran, the other processes' load (always-busy tasks) and the cores we got."""
     # other processes' load, as always-busy tasks sharing the cores: during the probe our
     # k runnable envs each ran a share `got` of the time they were runnable; equal sharing
     # gives got = cores / (k + load). Only CPU-dominated steps tell: a mostly sleeping
     # step's wait is a wake-up latency, not a share of a core.
+    n = len(step_cpu)
     cpu_all, wait_all, sleep_all = (np.concatenate(x) for x in (step_cpu, step_wait, step_sleep))
     busy = cpu_all >= sleep_all
     cpu_total, wait_total = float(cpu_all[busy].sum()), float(wait_all[busy].sum())
@@ -337,7 +331,45 @@ def _measure(
         span = float(np.median([w.sum() for w in step_wall]))
         effective_cores = float(np.clip(cpu_all.sum() / max(span, 1e-9), 0.05, cores))
         background = 0.0
+    return got, background, effective_cores
 
+
+def _stats(x: np.ndarray) -> dict[str, float]:
+    return {
+        "median": float(np.median(x)),
+        "p90": float(np.percentile(x, 90)),
+        "p99": float(np.percentile(x, 99)),
+        "mean": float(x.mean()),
+    }
+
+
+def _measure(
+    envs: PipelinedVectorEnv,
+    policy: Callable[[Any], Any],
+    sizes: list[int],
+    cores: int,
+    probe_steps: int,
+    probe_seconds: float,
+    seed: int,
+    timeout: float,
+) -> tuple[Costs, dict[str, Any]]:
+    """Phase 1 of `tune`: the model's `Costs`, and the summary of them `TuneResult` keeps."""
+    reset_obs, _ = envs.reset(seed=seed)
+    latency, message_cpu, in_rounds = _message_costs(envs, policy, reset_obs, probe_seconds)
+    # each env's steps, timed inside its worker (all at once, as the loops run them)
+    envs.call_async(_timed_steps, probe_steps, probe_seconds, seed)
+    timed = envs.call_wait(timeout=timeout)
+    envs.reset(seed=seed)
+    step_cpu = [np.maximum(t[:, 0], 0.0) for t in timed]
+    step_wait = [np.maximum(t[:, 1], 0.0) for t in timed]
+    step_wall = [t[:, 2] for t in timed]
+    step_sleep = [
+        np.maximum(w - c - q, 0.0) for w, c, q in zip(step_wall, step_cpu, step_wait, strict=True)
+    ]
+    worker_message_cpu = max(0.0, float(np.mean(in_rounds - [c.mean() for c in step_cpu])))
+    got, background, effective_cores = _core_share(
+        cores, step_cpu, step_wait, step_sleep, step_wall
+    )
     policy_wall, policy_cpu = _time_policy(
         policy, envs, reset_obs, sizes, min(1.0, probe_seconds / 2)
     )
@@ -357,19 +389,11 @@ def _measure(
     )
     work = np.concatenate([c + z for c, z in zip(step_cpu, step_sleep, strict=True)]) * 1e3
     wall = np.concatenate(step_wall) * 1e3
-
-    def stats(x: np.ndarray) -> dict[str, float]:
-        return {
-            "median": float(np.median(x)),
-            "p90": float(np.percentile(x, 90)),
-            "p99": float(np.percentile(x, 99)),
-            "mean": float(x.mean()),
-        }
-
     summary = {
-        "step_ms": {**stats(wall), "samples": int(wall.size)},
-        "step_work_ms": stats(work),
-        "cpu_fraction": float(cpu_all.sum()) / max(float(work.sum()) * 1e-3, 1e-12),
+        "step_ms": {**_stats(wall), "samples": int(wall.size)},
+        "step_work_ms": _stats(work),
+        "cpu_fraction": float(np.concatenate(step_cpu).sum())
+        / max(float(work.sum()) * 1e-3, 1e-12),
         "core_share": got,
         "background_load": background,
         "effective_cores": effective_cores,
@@ -584,6 +608,115 @@ def tune(
         (True, True)
     """
     budget = _Budget(_positive("max_seconds", max_seconds))
+    env_fns, search = _check_tune_arguments(
+        env_fns,
+        policy,
+        modes=modes,
+        num_stages=num_stages,
+        envs_per_worker=envs_per_worker,
+        batch_sizes=batch_sizes,
+        verify_top=verify_top,
+        verify_close=verify_close,
+        verify_rounds=verify_rounds,
+        verify_max=verify_max,
+        worker_nice=worker_nice,
+        probe_steps=probe_steps,
+        probe_seconds=probe_seconds,
+        verify_seconds=verify_seconds,
+        cores=cores,
+        seed=seed,
+        env_kwargs=env_kwargs,
+    )
+    n = len(env_fns)
+    layouts = _candidates(
+        n, search.modes, search.num_stages, search.envs_per_worker, search.batch_sizes
+    )
+    vector_envs = _VectorEnvs(env_fns, search.env_kwargs)  # each kept for every round
+    try:
+        # phase 1: measure (one env per worker, the layout decoupled mode uses)
+        started = time.perf_counter()
+        probe = vector_envs.build(_PROBE_LAYOUT, budget.left())
+        start_cost = time.perf_counter() - started
+        share = min(search.probe_seconds, max(0.05, 0.2 * budget.left()))
+        costs, summary = _measure(
+            probe,
+            policy,
+            _policy_sizes(n, layouts),
+            search.cores,
+            search.probe_steps,
+            share,
+            search.seed,
+            max(1.0, budget.left()),
+        )
+        # phase 2: predict (worker priority a dimension where the envs oversubscribe cores)
+        nices = _worker_nices(search, n * summary["cpu_fraction"], costs.cores)
+        summary["worker_nice_considered"] = list(nices)
+        layouts = [
+            layout if nice is None else dataclasses.replace(layout, worker_nice=nice)
+            for nice in nices
+            for layout in layouts
+        ]
+        ranked = rank(layouts, costs, seed=search.seed)
+        table = [
+            {
+                "name": layout.name,
+                "mode": layout.mode,
+                "kwargs": _kwargs(layout, search.env_kwargs),
+                "batch_size": layout.batch_size,
+                "predicted": predicted,
+                "measured": None,
+                "rounds": [],
+            }
+            for layout, predicted in ranked
+        ]
+        # phase 3: verify the best few, and those the model cannot tell apart
+        verification = _Verification(vector_envs, policy, budget, search, start_cost, n)
+        winner = _verify(verification, ranked, nices, search, table)
+    finally:
+        vector_envs.close()
+
+    best = table[0] if winner is None else next(r for r in table if r["name"] == winner.name)
+    return TuneResult(
+        mode=best["mode"],
+        kwargs=dict(best["kwargs"]),
+        batch_size=best["batch_size"],
+        predicted_steps_per_s=best["predicted"],
+        measured_steps_per_s=best["measured"],
+        table=table,
+        measurements=summary,
+        seconds=budget.elapsed(),
+    )
+
+
+@dataclass(frozen=True)
+class _Search:
+    """`tune`'s arguments, checked (the sequences sorted, without repeats)."""
+
+    modes: tuple[str, ...]
+    num_stages: tuple[int, ...] | None
+    envs_per_worker: tuple[int, ...] | None
+    batch_sizes: tuple[int, ...] | None
+    verify_top: int
+    verify_close: float
+    verify_rounds: int
+    verify_max: int
+    worker_nice: tuple[int | str | None, ...] | None
+    probe_steps: int
+    probe_seconds: float
+    verify_seconds: float
+    cores: int
+    seed: int
+    env_kwargs: dict[str, Any]
+
+
+def _check_tune_arguments(
+    env_fns: Any, policy: Any, *, modes: Any, cores: Any, env_kwargs: Any, **kw: Any
+) -> tuple[list[Callable[[], Env]], _Search]:
+    """`tune`'s arguments checked, in the order of its signature, before any worker starts.
+
+    Raises:
+        ValueError: The first bad argument, named.
+    """
     env_fns = list(env_fns) if isinstance(env_fns, Sequence) else env_fns
     if not isinstance(env_fns, list) or not env_fns or not all(callable(f) for f in env_fns):
         raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
@@ -593,35 +726,23 @@ def tune(
     modes = tuple(modes) if not isinstance(modes, str) else (modes,)
     if not modes or any(m not in _MODES for m in modes):
         raise ValueError(f"modes: expected a non-empty subset of {_MODES}, got {modes!r}")
-    stage_counts = _check_ints("num_stages", num_stages, 1, n)
-    per_worker = _check_ints("envs_per_worker", envs_per_worker, 1, None)
-    sizes = _check_ints("batch_sizes", batch_sizes, 1, n)
-    _check_ints("verify_top", verify_top, 0, None)
-    _check_ints("verify_rounds", verify_rounds, 1, None)
-    _check_ints("verify_max", verify_max, 1, None)
+    stage_counts = _check_ints("num_stages", kw["num_stages"], 1, n)
+    per_worker = _check_ints("envs_per_worker", kw["envs_per_worker"], 1, None)
+    sizes = _check_ints("batch_sizes", kw["batch_sizes"], 1, n)
+    _check_ints("verify_top", kw["verify_top"], 0, None)
+    _check_ints("verify_rounds", kw["verify_rounds"], 1, None)
+    _check_ints("verify_max", kw["verify_max"], 1, None)
+    verify_close = kw["verify_close"]
     if (
         isinstance(verify_close, bool)
         or not isinstance(verify_close, (int, float, np.integer, np.floating))
         or not 0 <= verify_close < 1
     ):
         raise ValueError(f"verify_close: expected a fraction in [0, 1), got {verify_close!r}")
-    nices: tuple[int | str | None, ...] | None = None
-    if worker_nice is not None:
-        values = tuple(worker_nice) if isinstance(worker_nice, (list, tuple)) else (worker_nice,)
-        if not values or not all(
-            v is None
-            or v == "idle"
-            or (not isinstance(v, bool) and isinstance(v, (int, np.integer)) and -20 <= v <= 19)
-            for v in values
-        ):
-            raise ValueError(
-                f"worker_nice: expected a non-empty sequence of None, 'idle' or ints in "
-                f"[-20, 19], got {worker_nice!r}"
-            )
-        nices = tuple(dict.fromkeys(v if v is None or v == "idle" else int(v) for v in values))
-    _check_ints("probe_steps", probe_steps, 1, None)
-    probe_seconds = _positive("probe_seconds", probe_seconds)
-    verify_seconds = _positive("verify_seconds", verify_seconds)
+    nices = _check_nices(kw["worker_nice"])
+    _check_ints("probe_steps", kw["probe_steps"], 1, None)
+    probe_seconds = _positive("probe_seconds", kw["probe_seconds"])
+    verify_seconds = _positive("verify_seconds", kw["verify_seconds"])
     if cores is not None:
         _check_ints("cores", cores, 1, None)
     env_kwargs = dict(env_kwargs or {})
@@ -635,195 +756,263 @@ def tune(
         )
     if env_kwargs.get("backend", "multiprocessing") != "multiprocessing":
         raise ValueError("env_kwargs: tune supports backend='multiprocessing' only")
-    cores = int(cores) if cores is not None else usable_cores()
-    layouts = _candidates(n, modes, stage_counts, per_worker, sizes)
-    policy_sizes = sorted(
+    return env_fns, _Search(
+        modes=modes,
+        num_stages=stage_counts,
+        envs_per_worker=per_worker,
+        batch_sizes=sizes,
+        verify_top=kw["verify_top"],
+        verify_close=verify_close,
+        verify_rounds=kw["verify_rounds"],
+        verify_max=kw["verify_max"],
+        worker_nice=nices,
+        probe_steps=kw["probe_steps"],
+        probe_seconds=probe_seconds,
+        verify_seconds=verify_seconds,
+        cores=int(cores) if cores is not None else usable_cores(),
+        seed=kw["seed"],
+        env_kwargs=env_kwargs,
+    )
+
+
+def _check_nices(worker_nice: Any) -> tuple[int | str | None, ...] | None:
+    """``worker_nice`` as a tuple without repeats (None: `tune` decides)."""
+    if worker_nice is None:
+        return None
+    values = tuple(worker_nice) if isinstance(worker_nice, (list, tuple)) else (worker_nice,)
+    if not values or not all(
+        v is None
+        or v == "idle"
+        or (not isinstance(v, bool) and isinstance(v, (int, np.integer)) and -20 <= v <= 19)
+        for v in values
+    ):
+        raise ValueError(
+            f"worker_nice: expected a non-empty sequence of None, 'idle' or ints in "
+            f"[-20, 19], got {worker_nice!r}"
+        )
+    return tuple(dict.fromkeys(v if v is None or v == "idle" else int(v) for v in values))
+
+
+def _policy_sizes(num_envs: int, layouts: list[Layout]) -> list[int]:
+    """The batch sizes the policy is timed at: those the layouts call it with."""
+    return sorted(
         {
             *(b for layout in layouts if layout.batch_size for b in (layout.batch_size,)),
-            *(math.ceil(n / layout.num_stages) for layout in layouts),
-            *(n // layout.num_stages for layout in layouts),
+            *(math.ceil(num_envs / layout.num_stages) for layout in layouts),
+            *(num_envs // layout.num_stages for layout in layouts),
             1,
-            n,
+            num_envs,
         }
     )
 
-    # phase 1: measure (one env per worker, the layout decoupled mode uses)
-    def build(layout: Layout, timeout: float) -> PipelinedVectorEnv:
-        return PipelinedVectorEnv(
-            env_fns,
+
+def _worker_nices(search: _Search, demand: float, cores: float) -> tuple[int | str | None, ...]:
+    """The workers' nice values to predict: ``worker_nice`` as given; else
+    `NICED_WORKERS` too when the envs' CPU ``demand`` (cores) reaches the ``cores`` got."""
+    if "worker_nice" in search.env_kwargs:
+        return (None,)
+    if search.worker_nice is not None:
+        return search.worker_nice
+    # against the cores we got (at least one: a tiny share measured in a loaded moment must
+    # not make sleeping envs look CPU-bound)
+    return (None, NICED_WORKERS) if demand >= max(1.0, cores) else (None,)
+
+
+# the layout `tune` measures on: one env per worker, which decoupled mode uses too
+_PROBE_LAYOUT = Layout("staged", 1, 1)
+
+
+class _VectorEnvs:
+    """The vector envs `tune` built, by the layout each was built for, kept until `close`."""
+
+    def __init__(self, env_fns: list[Callable[[], Env]], env_kwargs: dict[str, Any]) -> None:
+        self.env_fns = env_fns
+        self.env_kwargs = env_kwargs
+        self.built: dict[Layout, PipelinedVectorEnv] = {}
+
+    def build(self, layout: Layout, timeout: float) -> PipelinedVectorEnv:
+        envs = PipelinedVectorEnv(
+            self.env_fns,
             num_stages=layout.num_stages,
             envs_per_worker=layout.envs_per_worker,
             **{
                 "start_timeout": max(1.0, timeout),
                 "worker_nice": layout.worker_nice,
-                **env_kwargs,
+                **self.env_kwargs,
             },
         )
+        self.built[layout] = envs
+        return envs
 
-    probe_layout = Layout("staged", 1, 1)
-    started = time.perf_counter()
-    envs = build(probe_layout, budget.left())
-    built: dict[Layout, PipelinedVectorEnv] = {probe_layout: envs}  # kept for every round
-    start_cost = time.perf_counter() - started
-    share = min(probe_seconds, max(0.05, 0.2 * budget.left()))
-    try:
-        costs, summary = _measure(
-            envs, policy, policy_sizes, cores, probe_steps, share, seed, max(1.0, budget.left())
+    def host(self, layout: Layout) -> Layout | None:
+        """The layout of a vector env built so far that runs ``layout`` as is."""
+        return next((b for b in self.built if _same_workers(layout, b)), None)
+
+    def close(self) -> None:
+        for envs in self.built.values():
+            envs.close()
+
+
+class _Verification:
+    """`tune`'s verification runs: each layout's runs so far, all of the same length."""
+
+    def __init__(
+        self,
+        vector_envs: _VectorEnvs,
+        policy: Callable[[Any], Any],
+        budget: _Budget,
+        search: _Search,
+        start_cost: float,
+        num_envs: int,
+    ) -> None:
+        self.vector_envs = vector_envs
+        self.policy = policy
+        self.budget = budget
+        self.search = search
+        self.start_cost = start_cost  # seconds to start the probe's vector env
+        self.num_envs = num_envs
+        self.runs: dict[Layout, list[dict[str, float]]] = {}
+        self.env_steps: int | None = None  # of every run after the first
+
+    def per_round(self) -> dict[Layout, list[float]]:
+        """Each layout run so far: its env steps/s in each of its runs, in order."""
+        return {k: [r["steps_per_s"] for r in v] for k, v in self.runs.items()}
+
+    def in_race(self, racing: list[Layout]) -> dict[Layout, list[float]]:
+        """`per_round` of the layouts ``racing`` (of all run, if none)."""
+        rates = self.per_round()
+        return {k: rates[k] for k in racing} if racing else rates
+
+    def expected_seconds(self, layout: Layout) -> float:
+        """How long a run of ``layout`` should take, from the rates measured so far."""
+        if self.env_steps is None:
+            return self.search.verify_seconds
+        rates = self.per_round()
+        speed = rate(rates[layout]) if layout in rates else 0.0
+        speed = speed or max((rate(v) for v in rates.values()), default=0.0)
+        return self.env_steps / speed if speed > 0 else self.search.verify_seconds
+
+    def run_once(self, layout: Layout) -> bool:
+        """One verification run of ``layout`` (False: no time left for it)."""
+        budget = self.budget
+        host = self.vector_envs.host(layout)
+        start_cost_here = 2 * self.start_cost if host is None else 0.0
+        if budget.left() < self.expected_seconds(layout) + 0.5 + start_cost_here:
+            logger.info("tune: no time left to verify %s", layout.name)
+            return False
+        if host is None:
+            host = layout
+            self.vector_envs.build(layout, budget.left())
+        stats = measure_layout(
+            self.vector_envs.built[host],
+            self.policy,
+            batch_size=layout.batch_size,
+            **(
+                {"seconds": min(self.search.verify_seconds, max(0.05, 0.5 * budget.left()))}
+                if self.env_steps is None
+                else {"env_steps": self.env_steps}
+            ),
+            timeout=max(1.0, budget.left()),
+            seed=self.search.seed,
         )
-        # phase 2: predict (worker priority a dimension where the envs oversubscribe cores)
-        if "worker_nice" in env_kwargs:
-            nices = (None,)
-        elif nices is None:
-            # the envs' CPU demand against the cores we got (at least one: a tiny share
-            # measured in a loaded moment must not make sleeping envs look CPU-bound)
-            demand = n * summary["cpu_fraction"]
-            nices = (None, NICED_WORKERS) if demand >= max(1.0, costs.cores) else (None,)
-        summary["worker_nice_considered"] = list(nices)
-        layouts = [
-            layout if nice is None else dataclasses.replace(layout, worker_nice=nice)
-            for nice in nices
-            for layout in layouts
-        ]
-        ranked = rank(layouts, costs, seed=seed)
-        table = [
-            {
-                "name": layout.name,
-                "mode": layout.mode,
-                "kwargs": _kwargs(layout, env_kwargs),
-                "batch_size": layout.batch_size,
-                "predicted": predicted,
-                "measured": None,
-                "rounds": [],
-            }
-            for layout, predicted in ranked
-        ]
-        # phase 3: verify the best few, and those the model cannot tell apart; choose
-        # among layouts (each at its best predicted priority), then add the best one's
-        # other priorities: the model does not see what nicing buys in wake-ups
-        distinct, seen = [], set()
-        for layout, predicted in ranked:
-            base = dataclasses.replace(layout, worker_nice=None)
-            if base not in seen:
-                seen.add(base)
-                distinct.append((layout, predicted))
-        picks = [layout for layout, _ in distinct[:verify_top]]
-        if verify_top:
-            top = ranked[0][1]
-            for layout, predicted in distinct[verify_top:]:
-                if len(picks) >= verify_top + 2 or predicted < (1 - verify_close) * top:
-                    break
-                picks.append(layout)
-            other = next((lp for lp in distinct if lp[0].mode != ranked[0][0].mode), None)
-            if other is not None and other[0] not in picks and other[1] >= 0.8 * top:
-                picks.append(other[0])
-            picks += [
-                dataclasses.replace(picks[0], worker_nice=nice)
-                for nice in nices
-                if nice != picks[0].worker_nice
-            ]
-        del picks[verify_max:]
-        # layouts the probe env can run need no start-up: run them first
-        picks.sort(key=lambda layout: not _same_workers(layout, probe_layout))
-        runs: dict[Layout, list[dict[str, float]]] = {}
-        env_steps: int | None = None
+        if self.env_steps is None:  # every later run: as many env steps as this one
+            self.env_steps = max(self.num_envs, int(stats["steps"]))
+        self.runs.setdefault(layout, []).append(stats)
+        return True
 
-        def per_round() -> dict[Layout, list[float]]:
-            return {k: [r["steps_per_s"] for r in v] for k, v in runs.items()}
 
-        def expected_seconds(layout: Layout) -> float:
-            """How long a run of ``layout`` should take, from the rates measured so far."""
-            if env_steps is None:
-                return verify_seconds
-            rates = per_round()
-            speed = rate(rates[layout]) if layout in rates else 0.0
-            speed = speed or max((rate(v) for v in rates.values()), default=0.0)
-            return env_steps / speed if speed > 0 else verify_seconds
+def _verify(
+    verification: _Verification,
+    ranked: list[tuple[Layout, float]],
+    nices: tuple[int | str | None, ...],
+    search: _Search,
+    table: list[dict[str, Any]],
+) -> Layout | None:
+    """Phase 3 of `tune`: the verification rounds, their rates written into ``table``;
+    returns the winner (None: no layout was run)."""
+    distinct = _distinct(ranked)
+    picks = _first_picks(ranked, distinct, nices, search.verify_top, search.verify_close)
+    del picks[search.verify_max :]
+    # layouts the probe env can run need no start-up: run them first
+    picks.sort(key=lambda layout: not _same_workers(layout, _PROBE_LAYOUT))
+    for layout in picks:  # round 1
+        verification.run_once(layout)
+    # the model over-predicts some layouts: every other layout predicted at or above
+    # the best rate measured so far may be faster than it, so it is run too (best
+    # predicted first, at most verify_max layouts in all, while time is left)
+    for layout, predicted in distinct if verification.runs else ():
+        if len(picks) >= search.verify_max:
+            break
+        if layout in picks:
+            continue
+        if predicted < max(rate(v) for v in verification.per_round().values()):
+            break  # distinct is best predicted first: none of the rest qualifies
+        if not verification.run_once(layout):
+            break
+        picks.append(layout)
+    # the race (see tune_selection): later rounds only for the layouts measured within
+    # verify_close of the best in round 1, interleaved, every other round reversed
+    racing = []
+    if verification.runs and search.verify_rounds > 1:
+        kept = set(survivors(verification.per_round(), search.verify_close))
+        racing = [layout for layout in picks if layout in kept]
+    for r in range(1, search.verify_rounds if len(racing) > 1 else 1):  # a lone one has won
+        for layout in racing[::-1] if r % 2 == 1 else racing:
+            verification.run_once(layout)
+    # a runoff round for the best and the runner-up when their rounds overlap; all of
+    # it or none (a third run of only one of them would not be a fair comparison)
+    close = runoff(verification.in_race(racing)) if racing else []
+    left = verification.budget.left()
+    if close and left >= sum(verification.expected_seconds(k) for k in close) + 0.5:
+        for layout in close[::-1] if search.verify_rounds % 2 == 1 else close:
+            verification.run_once(layout)
+    for layout, rounds in verification.per_round().items():
+        row = next(r for r in table if r["name"] == layout.name)
+        row["measured"] = rate(rounds)
+        row["rounds"] = rounds
+    # among layouts the rounds cannot separate, the workers at the caller's priority
+    final = verification.in_race(racing)
+    return choose(final, prefer=lambda k: k.worker_nice is not None) if final else None
 
-        def run_once(layout: Layout) -> bool:
-            """One verification run of ``layout`` (False: no time left for it)."""
-            nonlocal env_steps
-            host = next((b for b in built if _same_workers(layout, b)), None)
-            start_cost_here = 2 * start_cost if host is None else 0.0
-            if budget.left() < expected_seconds(layout) + 0.5 + start_cost_here:
-                logger.info("tune: no time left to verify %s", layout.name)
-                return False
-            if host is None:
-                host = layout
-                built[layout] = build(layout, budget.left())
-            stats = measure_layout(
-                built[host],
-                policy,
-                batch_size=layout.batch_size,
-                **(
-                    {"seconds": min(verify_seconds, max(0.05, 0.5 * budget.left()))}
-                    if env_steps is None
-                    else {"env_steps": env_steps}
-                ),
-                timeout=max(1.0, budget.left()),
-                seed=seed,
-            )
-            if env_steps is None:  # every later run: as many env steps as this one
-                env_steps = max(n, int(stats["steps"]))
-            runs.setdefault(layout, []).append(stats)
-            return True
 
-        for layout in picks:  # round 1
-            run_once(layout)
-        # the model over-predicts some layouts: every other layout predicted at or above
-        # the best rate measured so far may be faster than it, so it is run too (best
-        # predicted first, at most verify_max layouts in all, while time is left)
-        for layout, predicted in distinct if runs else ():
-            if len(picks) >= verify_max:
-                break
-            if layout in picks:
-                continue
-            if predicted < max(rate(v) for v in per_round().values()):
-                break  # distinct is best predicted first: none of the rest qualifies
-            if not run_once(layout):
+def _distinct(ranked: list[tuple[Layout, float]]) -> list[tuple[Layout, float]]:
+    """``ranked`` with each layout at its best predicted worker priority only."""
+    distinct, seen = [], set()
+    for layout, predicted in ranked:
+        base = dataclasses.replace(layout, worker_nice=None)
+        if base not in seen:
+            seen.add(base)
+            distinct.append((layout, predicted))
+    return distinct
+
+
+def _first_picks(
+    ranked: list[tuple[Layout, float]],
+    distinct: list[tuple[Layout, float]],
+    nices: tuple[int | str | None, ...],
+    verify_top: int,
+    verify_close: float,
+) -> list[Layout]:
+    """The layouts of round 1: the ``verify_top`` best predicted (each at its best predicted
+    priority), those predicted within ``verify_close`` of the best, the other mode's best,
+    then the best one's other priorities (the model does not see what nicing buys in
+    wake-ups)."""
+    picks = [layout for layout, _ in distinct[:verify_top]]
+    if verify_top:
+        top = ranked[0][1]
+        for layout, predicted in distinct[verify_top:]:
+            if len(picks) >= verify_top + 2 or predicted < (1 - verify_close) * top:
                 break
             picks.append(layout)
-        # the race (see tune_selection): later rounds only for the layouts measured within
-        # verify_close of the best in round 1, interleaved, every other round reversed
-        racing = []
-        if runs and verify_rounds > 1:
-            kept = set(survivors(per_round(), verify_close))
-            racing = [layout for layout in picks if layout in kept]
-        for r in range(1, verify_rounds if len(racing) > 1 else 1):  # a lone one has won
-            for layout in racing[::-1] if r % 2 == 1 else racing:
-                run_once(layout)
-
-        # a runoff round for the best and the runner-up when their rounds overlap; all of
-        # it or none (a third run of only one of them would not be a fair comparison)
-        def in_race() -> dict[Layout, list[float]]:
-            rates = per_round()
-            return {k: rates[k] for k in racing} if racing else rates
-
-        close = runoff(in_race()) if racing else []
-        if close and budget.left() >= sum(expected_seconds(k) for k in close) + 0.5:
-            for layout in close[::-1] if verify_rounds % 2 == 1 else close:
-                run_once(layout)
-        for layout, rounds in per_round().items():
-            row = next(r for r in table if r["name"] == layout.name)
-            row["measured"] = rate(rounds)
-            row["rounds"] = rounds
-        # among layouts the rounds cannot separate, the workers at the caller's priority
-        final = in_race()
-        winner = choose(final, prefer=lambda k: k.worker_nice is not None) if final else None
-    finally:
-        for built_envs in built.values():
-            built_envs.close()
-
-    best = table[0] if winner is None else next(r for r in table if r["name"] == winner.name)
-    return TuneResult(
-        mode=best["mode"],
-        kwargs=dict(best["kwargs"]),
-        batch_size=best["batch_size"],
-        predicted_steps_per_s=best["predicted"],
-        measured_steps_per_s=best["measured"],
-        table=table,
-        measurements=summary,
-        seconds=budget.elapsed(),
-    )
+        other = next((lp for lp in distinct if lp[0].mode != ranked[0][0].mode), None)
+        if other is not None and other[0] not in picks and other[1] >= 0.8 * top:
+            picks.append(other[0])
+        picks += [
+            dataclasses.replace(picks[0], worker_nice=nice)
+            for nice in nices
+            if nice != picks[0].worker_nice
+        ]
+    return picks
 
 
 def _same_workers(layout: Layout, built: Layout) -> bool:
