@@ -100,8 +100,9 @@ class Args:
     """Vector steps run before timing starts."""
     rounds: int = 3
     """Rounds; each builds, times and closes every backend once. Medians are reported."""
-    configs: tuple[str, ...] = ("1x1", "1x2", "1x4", "2x2", "2x4")
-    """Our configs for whole-env ``step``, as ``STAGESxENVS_PER_WORKER``."""
+    configs: tuple[str, ...] = ("default", "1x1", "1x2", "1x4", "2x2", "2x4")
+    """Our configs for whole-env ``step``, as ``STAGESxENVS_PER_WORKER``, or ``default``
+    (``PipelinedVectorEnv(fns)`` with no layout argument)."""
     staged: tuple[str, ...] = ("2x2", "2x4")
     """Our configs for the staged loop (``step_async``/``step_wait`` per stage)."""
     pin: bool = False
@@ -319,8 +320,11 @@ def timed(loop: Loop, iterations: int, warmup: int, pids: Sequence[int]) -> dict
     }
 
 
-def parse_config(text: str) -> tuple[int, int]:
-    """``"2x4"`` -> ``(num_stages=2, envs_per_worker=4)``."""
+def parse_config(text: str) -> tuple[int, int | None]:
+    """``"2x4"`` -> ``(num_stages=2, envs_per_worker=4)``; ``"default"`` -> ``(1, None)``
+    (no layout argument: the layout `default_envs_per_worker` picks for this machine)."""
+    if text.lower() == "default":
+        return 1, None
     try:
         stages, per_worker = (int(part) for part in text.lower().split("x"))
     except ValueError:
@@ -405,7 +409,8 @@ def make_backends(args: Args) -> list[Backend]:
     )
     for text, affinity in variants:
         stages, per_worker = parse_config(text)
-        label = f"ours step {stages}x{per_worker}" + (" pinned" if affinity else "")
+        shape = "default" if per_worker is None else f"{stages}x{per_worker}"
+        label = f"ours step {shape}" + (" pinned" if affinity else "")
         backends.append(
             Backend(
                 label,

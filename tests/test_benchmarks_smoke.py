@@ -79,5 +79,6 @@ def test_throughput_main_tiny(tmp_path: Path) -> None:
 def test_parse_config_rejects_garbage() -> None:
     throughput = _load_script()
     assert throughput.parse_config("2x4") == (2, 4)
+    assert throughput.parse_config("default") == (1, None)
     with pytest.raises(ValueError, match="STAGESxENVS_PER_WORKER"):
         throughput.parse_config("two")
