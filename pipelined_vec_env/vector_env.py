@@ -93,8 +93,8 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             ``setpriority``), or ``"idle"`` (Linux ``SCHED_IDLE``: a worker runs only when
             no normal task wants its core, and a waking caller preempts it at once); set
             inside the worker before its envs are built, at start-up and at every
-            restart; None (the default) inherits the caller's. Measured on issue 14's
-            overlap workload (4 ms CPU-bound steps, a policy sleeping 2 ms per
+            restart; None (the default) inherits the caller's. Measured on the overlap
+            benchmark's workload (4 ms CPU-bound steps, a policy sleeping 2 ms per
             observation, 4 envs, 4 stages, 2 cores, Linux 6.18 EEVDF, idle machine),
             workers at nice 10 or 19 reached 0.70-0.71 of the ideal rate, like None
             (0.71), while ``"idle"`` reached 0.85: a nice value changes CPU shares, not

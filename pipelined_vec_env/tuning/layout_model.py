@@ -1,7 +1,7 @@
 """A model of a single-caller rollout loop: predicts env steps/s of a layout from costs.
 
 Used by `pipelined_vec_env.tuning.tuner.tune`. The design notes' overlap bound (``../shared/design.md``)
-and issue 14's closed form for one worker per stage,
+and the overlap benchmark's closed form for one worker per stage,
 
     rate = N / max(N * B, k * Te + k * B, N * Te / min(cores, stages)),
 
@@ -135,7 +135,7 @@ class Costs:
 def overlap_bound(
     num_envs: int, num_stages: int, step_seconds: float, policy_per_obs: float, cores: int
 ) -> float:
-    """Issue 14's overlap bound in env steps/s: one worker per stage holding its ``k`` envs,
+    """The overlap bound (docs/benchmarks_rollout.md) in env steps/s: one worker per stage holding its ``k`` envs,
     fixed step time ``Te`` (CPU-bound), a policy costing ``B`` per observation, off-CPU.
 
     Returns:

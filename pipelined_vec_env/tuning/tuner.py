@@ -3,7 +3,7 @@
 Which layout is fastest depends on the env's step-time distribution, the policy's latency
 against batch size and the machine's cores. `tune` measures those through the public API
 of `PipelinedVectorEnv`, predicts every candidate layout with the model of
-`pipelined_vec_env.layout_model` (issue 14's overlap bound, generalised to random step
+`pipelined_vec_env.layout_model` (the overlap benchmark's bound, generalised to random step
 times, per-call policy costs, message costs and shared cores), then runs the best few for a
 short while, in rounds, and returns the fastest measured (`pipelined_vec_env.tune_selection`
 decides between those the rounds cannot separate). PufferLib's ``autotune`` runs a grid of full
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 _MODES = ("staged", "decoupled")
 #: The workers' nice value `tune` also considers when the envs oversubscribe the cores
-#: (measured on issue 14's overlap workload: see ``docs/benchmarks_rollout.md``).
+#: (measured on the overlap benchmark's workload: see ``docs/benchmarks_rollout.md``).
 NICED_WORKERS = 10
 # chosen by tune, so not accepted in env_kwargs
 _LAYOUT_KWARGS = ("num_stages", "envs_per_worker")

@@ -1,7 +1,7 @@
 """When either side of the step fast path spins on its slot instead of sleeping.
 
 Waking a sleeping process through a pipe costs tens of microseconds on a VM; seeing a
-counter move in shared memory costs well under one (issue 14's measured floors). So the
+counter move in shared memory costs well under one (the measured floors in docs/wire_format.md). So the
 caller, waiting for an answer, and the worker, waiting for the next command, may spin on
 the slot's counters (`slots.StepSlot`) (docs/wire_format.md, "What spins when"):
 
