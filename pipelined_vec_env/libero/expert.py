@@ -66,6 +66,8 @@ class PickPlaceExpert:
             neighbour's radius: neighbours closer than this in y can be hit.
         hand_half_width: The same across the hand (world x).
         max_shift: Largest shift of the grasp point away from a neighbour.
+        rim_offset: Grasp this far along y from the object's axis (0: on the axis). A
+            bowl wider than the open gripper is grasped by its rim: its radius, ~0.047.
 
     Examples:
         >>> import numpy as np
@@ -87,6 +89,7 @@ class PickPlaceExpert:
     hand_half_length: float = 0.12
     hand_half_width: float = 0.07
     max_shift: float = 0.025
+    rim_offset: float = 0.0
 
     def __call__(self, features: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
         """Expert actions for goal features (and, optionally, the full state).
@@ -168,7 +171,7 @@ class PickPlaceExpert:
         qpos, qvel = f[_S["gripper_qpos"]], f[_S["gripper_qvel"]]
         top = float(f[_S["object_top"]][0])
         width = qpos[0] - qpos[1]
-        grasp = np.array([obj[0], obj[1], max(obj[2], top - self.grasp_depth)])
+        grasp = np.array([obj[0], obj[1] + self.rim_offset, max(obj[2], top - self.grasp_depth)])
         to_axis = grasp - eef
         # a shifted grasp holds the object off-centre: allow for the shift
         in_hand = np.linalg.norm(to_axis[:2]) < 0.02 + self.max_shift and abs(to_axis[2]) < 0.03
