@@ -131,6 +131,6 @@ class TrainingBar:
             if self.by_time:
                 # the run is over: the bar ends full at the seconds it took
                 self._to_now()
-                self._bar.total = max(1, self._bar.n)
+                self._bar.total = self._bar.n = max(1, self._bar.n)  # full, under 1 s too
         self._bar.close()
         self._redirect.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -23,6 +24,13 @@ from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
 pytestmark = pytest.mark.timeout(60)
 
 F = FaultyEnv
+
+
+@pytest.fixture
+def make_pipelined(make_pipelined):
+    """These tests address workers by env (worker k owns env k): one env per worker unless
+    a test asks for another layout (the default layout is tested in test_equivalence.py)."""
+    return functools.partial(make_pipelined, envs_per_worker=1)
 
 
 def faulty(make_pipelined, n=4, stages=2, sleep=1.0):

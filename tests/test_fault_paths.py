@@ -9,6 +9,7 @@ tight timings.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -40,6 +41,13 @@ NUM_ENVS = 8  # 2 stages x 2 workers x 2 envs
 LAYOUT = {"num_stages": 2, "envs_per_worker": 2}
 VICTIM = 3  # worker 3 holds envs 6 and 7 (stage 1, beside worker 2)
 RAISE, KILL = 1, 2  # ScriptedEnv actions
+
+
+@pytest.fixture
+def make_pipelined(make_pipelined):
+    """These tests address workers by env (worker k owns env k): one env per worker unless
+    a test asks for another layout (the default layout is tested in test_equivalence.py)."""
+    return functools.partial(make_pipelined, envs_per_worker=1)
 
 
 class ScriptedEnv(CountingEnv):

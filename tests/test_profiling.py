@@ -3,6 +3,7 @@ classes on workloads whose answer is clear, the timeline PNG, off mode and wrapp
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from functools import partial
@@ -17,6 +18,13 @@ from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
 from pipelined_vec_env.profiling.profiler import BOTTLENECKS, ProfilingDisabledError
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def make_pipelined(make_pipelined):
+    """These tests address workers by env (worker k owns env k): one env per worker unless
+    a test asks for another layout (the default layout is tested in test_equivalence.py)."""
+    return functools.partial(make_pipelined, envs_per_worker=1)
 
 
 class BigInfoEnv(gym.Env):
