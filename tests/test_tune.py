@@ -202,17 +202,17 @@ def test_staged_only_search_returns_staged_kwargs():
 
 def _slow_after_reset(obs: np.ndarray) -> np.ndarray:
     """A policy the probe times on reset observations (step count 0), where it is free,
-    and that costs 5 ms a call on any later observation: the model over-predicts every
+    and that costs 20 ms a call on any later observation: the model over-predicts every
     layout several times over."""
     if np.any(obs[:, 1] > 0):
-        time.sleep(0.005)
+        time.sleep(0.02)
     return np.zeros(len(obs), dtype=np.int64)
 
 
 @pytest.mark.timeout(120)
 def test_layouts_predicted_above_the_best_measured_rate_are_verified():
     # verify_top=1 and verify_close=0 pick only the best predicted layout; its measured
-    # rate (a 5 ms policy call per stage) is far below every prediction, so the rule
+    # rate (a 20 ms policy call per stage) is far below every prediction, so the rule
     # "predicted at or above the best measured" verifies the next best predicted too
     def run(verify_max: int) -> TuneResult:
         return tune(
