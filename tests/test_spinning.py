@@ -1,4 +1,4 @@
-"""When the fast path's waits spin (`pipelined_vec_env.spinning`, docs/wire_format.md
+"""When the fast path's waits spin (`pipelined_vec_env.workers.spinning`, docs/wire_format.md
 "What spins when"): the per-side gate over spun waits, its probes, and the load gate's
 reading of ``/proc/loadavg``. Nothing here measures time: the waits that decide are made
 long on purpose (a 2 ms sleep) or recorded directly."""

@@ -281,7 +281,7 @@ class Profiler:
         """A copy of everything recorded so far, as the summary, trace and picture read it.
 
         Returns:
-            A `Recording` (`pipelined_vec_env.profile_records`): the records, the
+            A `Recording` (`pipelined_vec_env.profiling.records`): the records, the
             recording windows and the layout, taken now.
 
         Raises:

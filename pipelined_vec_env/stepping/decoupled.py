@@ -5,7 +5,7 @@ caller receives the results of whichever envs are ready (``recv``), and sends ac
 any subset of the envs it received (``send``). A worker holding several envs may have
 several commands queued; its answers come back in order. This is the single-consumer API
 of EnvPool (Weng et al., 2022, "EnvPool: A Highly Parallel Reinforcement Learning
-Environment Execution Engine"), the base that `pipelined_vec_env.channel` builds
+Environment Execution Engine"), the base that `pipelined_vec_env.stepping.channel` builds
 RLinf-style multi-actor inference on.
 """
 

@@ -3,9 +3,9 @@
 Which layout is fastest depends on the env's step-time distribution, the policy's latency
 against batch size and the machine's cores. `tune` measures those through the public API
 of `PipelinedVectorEnv`, predicts every candidate layout with the model of
-`pipelined_vec_env.layout_model` (the overlap benchmark's bound, generalised to random step
+`pipelined_vec_env.tuning.layout_model` (the overlap benchmark's bound, generalised to random step
 times, per-call policy costs, message costs and shared cores), then runs the best few for a
-short while, in rounds, and returns the fastest measured (`pipelined_vec_env.tune_selection`
+short while, in rounds, and returns the fastest measured (`pipelined_vec_env.tuning.selection`
 decides between those the rounds cannot separate). PufferLib's ``autotune`` runs a grid of full
 configurations instead; predicting first keeps the measured runs to a few.
 """
@@ -533,7 +533,7 @@ def tune(
        first runs, every other layout predicted at or above the best rate measured so far
        (best predicted first; the model over-predicts some layouts), up to ``verify_max``
        layouts in all. That is round 1.
-    4. Race (`pipelined_vec_env.tune_selection`): the layouts measured within
+    4. Race (`pipelined_vec_env.tuning.selection`): the layouts measured within
        ``verify_close`` of the best in round 1 run in ``verify_rounds - 1`` more rounds
        (interleaved, every other one in reverse order, each layout's vector env kept
        between rounds, so a drifting load hits all of them alike); the others, measured

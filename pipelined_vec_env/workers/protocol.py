@@ -1,8 +1,8 @@
 """The worker protocol's vocabulary: the commands a worker serves and its typed answers.
 
-Shared by the worker process ([`pipelined_vec_env.worker`][pipelined_vec_env.workers.worker]), the
-Ray actor (`pipelined_vec_env.ray_backend`) and the
-caller's side ([`pipelined_vec_env.pool`][pipelined_vec_env.workers.pool], the stages and decoupled
+Shared by the worker process ([`pipelined_vec_env.workers.worker`][pipelined_vec_env.workers.worker]), the
+Ray actor (`pipelined_vec_env.workers.ray_backend`) and the
+caller's side ([`pipelined_vec_env.workers.pool`][pipelined_vec_env.workers.pool], the stages and decoupled
 stepping). A command travels as ``(Command, payload)``, or ``(Command, payload, True)``
 when the caller profiles and wants the worker's start and finish times back. Every command
 but `Command.ATTACH`, `Command.SET_AUTORESET` and `Command.ATTACH_SLOT` gets exactly one answer:

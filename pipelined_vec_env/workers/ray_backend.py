@@ -179,7 +179,7 @@ class EnvWorkerActor:
 
     Made a Ray actor class with `ray.remote` when first used (see
     `_actor_class`). Its methods return the subprocess protocol's answers (see
-    [`pipelined_vec_env.protocol`][pipelined_vec_env.workers.protocol]); env exceptions come back as `Raised`.
+    [`pipelined_vec_env.workers.protocol`][pipelined_vec_env.workers.protocol]); env exceptions come back as `Raised`.
 
     Args:
         worker_index: This worker's index (for messages).

@@ -4,7 +4,7 @@ A worker owns one or several envs (``envs_per_worker``), built inside it from
 cloudpickled constructors, so simulators never share a process with the caller. It
 serves one command at a time from its pipe and answers each with exactly one message.
 
-Commands and answers are the typed ones of [`pipelined_vec_env.protocol`][pipelined_vec_env.workers.protocol]
+Commands and answers are the typed ones of [`pipelined_vec_env.workers.protocol`][pipelined_vec_env.workers.protocol]
 (`Command`, `Ok`, `Raised`, `Ready`): a message from the caller is ``(command, payload)``,
 or ``(command, payload, True)`` while profiling, which asks for the worker's start and
 finish times (``time.monotonic_ns``) in the `Ok` answer. At start-up the worker sends

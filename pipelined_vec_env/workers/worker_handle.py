@@ -124,7 +124,7 @@ class WorkerHandle:
         pending: Answers are expected (commands were sent) and not all received yet.
         expected: How many answers are expected and not received yet (several when
             decoupled stepping queues commands on the worker).
-        answer: The oldest received answer not consumed yet (a `pipelined_vec_env.protocol`
+        answer: The oldest received answer not consumed yet (a `pipelined_vec_env.workers.protocol`
             answer: `Ok`, `Ready`, `Raised`, `Crashed` or `TimedOut`).
         profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
             every send, answer, restart, deadline kill and death.
