@@ -168,7 +168,13 @@ def test_render_devices_round_robin(make_pipelined) -> None:
     assert env.get_attr("seen") != (os.environ.get("MUJOCO_EGL_DEVICE_ID"),) * 6
 
 
-@pytest.mark.parametrize("bad", [[], "0", [-1], [1.5], [True], 3])
+def test_render_devices_take_a_numpy_array_of_ids(make_pipelined) -> None:
+    fns = [lambda i=i: DeviceEnv(i) for i in range(2)]
+    env = make_pipelined(fns, envs_per_worker=1, render_devices=np.array([4, 2]))
+    assert env.get_attr("seen") == ("4", "2")
+
+
+@pytest.mark.parametrize("bad", [[], "0", [-1], [1.5], [True], 3, np.array([[0, 1]])])
 def test_render_devices_rejected_before_workers_start(bad) -> None:
     with pytest.raises(ValueError, match="render_devices"):
         PipelinedVectorEnv([lambda: gym.make("CartPole-v1")], render_devices=bad)

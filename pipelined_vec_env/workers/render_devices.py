@@ -22,7 +22,8 @@ RENDER_DEVICE_VARS = ("MUJOCO_EGL_DEVICE_ID", "EGL_DEVICE_ID", "MUJOCO_GL", "PYO
 
 
 def check_render_devices(render_devices: Any) -> tuple[int, ...] | None:
-    """Validate ``render_devices`` (None, or a non-empty sequence of GPU ids >= 0).
+    """Validate ``render_devices`` (None, or a non-empty sequence or 1-d numpy array of GPU
+    ids >= 0).
 
     Raises:
         ValueError: Anything else (before any worker starts).
@@ -33,7 +34,10 @@ def check_render_devices(render_devices: Any) -> tuple[int, ...] | None:
         "render_devices: expected None or a non-empty sequence of GPU ids (ints >= 0), "
         f"got {render_devices!r}"
     )
-    if isinstance(render_devices, (str, bytes)) or not isinstance(render_devices, Sequence):
+    one_dim_array = isinstance(render_devices, np.ndarray) and render_devices.ndim == 1
+    if isinstance(render_devices, (str, bytes)) or not (
+        isinstance(render_devices, Sequence) or one_dim_array
+    ):
         raise bad
     ids = tuple(render_devices)
     if not ids or any(
