@@ -26,7 +26,6 @@ PENDING = {
     # being rewritten to lead with current figures
     "docs/benchmarks.md",
     "docs/benchmarks_rollout.md",
-    "docs/tune.md",
     "docs/wire_format.md",
 }
 
@@ -47,30 +46,6 @@ PENDING_RESULTS = {
     "throughput_session8_7c91d6d_run2.json",
     "throughput_session8_before_f970513_run1.json",
     "throughput_session8_before_f970513_run2.json",
-    "tune_run1.json",
-    "tune_run1.md",
-    "tune_run10.json",
-    "tune_run10.md",
-    "tune_run11.json",
-    "tune_run11.md",
-    "tune_run12.json",
-    "tune_run12.md",
-    "tune_run2.json",
-    "tune_run2.md",
-    "tune_run3.json",
-    "tune_run3.md",
-    "tune_run4.json",
-    "tune_run4.md",
-    "tune_run5.json",
-    "tune_run5.md",
-    "tune_run6.json",
-    "tune_run6.md",
-    "tune_run7.json",
-    "tune_run7.md",
-    "tune_run8.json",
-    "tune_run8.md",
-    "tune_run9.json",
-    "tune_run9.md",
 }
 
 BANNED = re.compile(
