@@ -25,20 +25,12 @@ PENDING = {
     "docs/fault_tolerance.md",
     # being rewritten to lead with current figures
     "docs/benchmarks.md",
-    "docs/benchmarks_rollout.md",
     "docs/wire_format.md",
 }
 
 # Result files the pending pages still cite; each goes once its figures move to the file
 # that holds that run (or the figure is dropped). Nothing may be added to it.
 PENDING_RESULTS = {
-    "rollout_overlap_offcpu_run1.json",
-    "rollout_overlap_offcpu_run2.json",
-    "rollout_overlap_offcpu_run3.json",
-    "rollout_overlap_offcpu_session7.json",
-    "rollout_overlap_offcpu_session7_before_3870204.json",
-    "rollout_overlap_offcpu_session8.json",
-    "rollout_overlap_offcpu_session8_before_f970513.json",
     "throughput_before_13e5512.json",
     "throughput_before_wire_c90d261.json",
     "throughput_session7_6795a6d.json",
