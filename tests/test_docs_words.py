@@ -24,20 +24,7 @@ PENDING = {
     "docs/errors.md",
     "docs/fault_tolerance.md",
     # being rewritten to lead with current figures
-    "docs/benchmarks.md",
     "docs/wire_format.md",
-}
-
-# Result files the pending pages still cite; each goes once its figures move to the file
-# that holds that run (or the figure is dropped). Nothing may be added to it.
-PENDING_RESULTS = {
-    "throughput_before_13e5512.json",
-    "throughput_before_wire_c90d261.json",
-    "throughput_session7_6795a6d.json",
-    "throughput_session8_7c91d6d_run1.json",
-    "throughput_session8_7c91d6d_run2.json",
-    "throughput_session8_before_f970513_run1.json",
-    "throughput_session8_before_f970513_run2.json",
 }
 
 BANNED = re.compile(
@@ -111,6 +98,6 @@ def test_result_file_names_name_no_run_or_working_period():
     bad = [
         p.name
         for p in sorted((ROOT / "benchmarks" / "results").iterdir())
-        if BANNED_FILE_NAME.search(p.name) and p.name not in PENDING_RESULTS
+        if BANNED_FILE_NAME.search(p.name)
     ]
     assert not bad, "result files named after runs or working periods: " + ", ".join(bad)
