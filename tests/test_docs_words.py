@@ -23,8 +23,6 @@ PENDING = {
     "docs/libero.md",
     "docs/errors.md",
     "docs/fault_tolerance.md",
-    # being rewritten to lead with current figures
-    "docs/wire_format.md",
 }
 
 BANNED = re.compile(
