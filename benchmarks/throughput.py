@@ -974,8 +974,7 @@ def targets(
     - ``slow_env``: the synthetic CPU-bound env, fast path over the pickled path, no
       slower (>= `SLOW_TOLERANCE`).
     - ``decoupled``: decoupled send/recv over a whole-env sync loop, >= 2.0x.
-    - ``vs_async``: our best over ``AsyncVectorEnv`` (reported, target of an earlier
-      issue: 3.0x).
+    - ``vs_async``: our best over ``AsyncVectorEnv`` (>= 3.0x).
     """
     by_name = {r["name"]: r for r in rows}
     whole = [r for r in rows if r["group"] == "ours" and r["config"].get("loop") == "step"]
