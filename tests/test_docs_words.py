@@ -23,54 +23,6 @@ PENDING = {
     "docs/libero.md",
     "docs/errors.md",
     "docs/fault_tolerance.md",
-    # being rewritten to lead with current figures
-    "docs/benchmarks.md",
-    "docs/benchmarks_rollout.md",
-    "docs/tune.md",
-    "docs/wire_format.md",
-}
-
-# Result files the pending pages still cite; each goes once its figures move to the file
-# that holds that run (or the figure is dropped). Nothing may be added to it.
-PENDING_RESULTS = {
-    "rollout_overlap_offcpu_run1.json",
-    "rollout_overlap_offcpu_run2.json",
-    "rollout_overlap_offcpu_run3.json",
-    "rollout_overlap_offcpu_session7.json",
-    "rollout_overlap_offcpu_session7_before_3870204.json",
-    "rollout_overlap_offcpu_session8.json",
-    "rollout_overlap_offcpu_session8_before_f970513.json",
-    "throughput_before_13e5512.json",
-    "throughput_before_wire_c90d261.json",
-    "throughput_session7_6795a6d.json",
-    "throughput_session8_7c91d6d_run1.json",
-    "throughput_session8_7c91d6d_run2.json",
-    "throughput_session8_before_f970513_run1.json",
-    "throughput_session8_before_f970513_run2.json",
-    "tune_run1.json",
-    "tune_run1.md",
-    "tune_run10.json",
-    "tune_run10.md",
-    "tune_run11.json",
-    "tune_run11.md",
-    "tune_run12.json",
-    "tune_run12.md",
-    "tune_run2.json",
-    "tune_run2.md",
-    "tune_run3.json",
-    "tune_run3.md",
-    "tune_run4.json",
-    "tune_run4.md",
-    "tune_run5.json",
-    "tune_run5.md",
-    "tune_run6.json",
-    "tune_run6.md",
-    "tune_run7.json",
-    "tune_run7.md",
-    "tune_run8.json",
-    "tune_run8.md",
-    "tune_run9.json",
-    "tune_run9.md",
 }
 
 BANNED = re.compile(
@@ -144,6 +96,6 @@ def test_result_file_names_name_no_run_or_working_period():
     bad = [
         p.name
         for p in sorted((ROOT / "benchmarks" / "results").iterdir())
-        if BANNED_FILE_NAME.search(p.name) and p.name not in PENDING_RESULTS
+        if BANNED_FILE_NAME.search(p.name)
     ]
     assert not bad, "result files named after runs or working periods: " + ", ".join(bad)
