@@ -21,8 +21,6 @@ PENDING = {
     "README.md",
     "docs/trainer.md",
     "docs/libero.md",
-    "docs/errors.md",
-    "docs/fault_tolerance.md",
 }
 
 BANNED = re.compile(
