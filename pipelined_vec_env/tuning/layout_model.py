@@ -251,6 +251,8 @@ class _Machine:
         if self.slice is not None:
             return dict.fromkeys(self.running, self.cores / self.slots)
         on_cpu = [key for key, t in self.tasks.items() if t[0][t[1]][0] == "cpu"]
+        if not on_cpu:  # every task waits off the CPU (a message in flight, a sleep)
+            return {}
         weights = [self.tasks[key][4] for key in on_cpu]
         if len(set(weights)) <= 1 and (
             not self.background or weights[0] == 1.0
