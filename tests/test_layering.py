@@ -182,7 +182,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("stepping", ("stepping",)),
     (
         "vector env",
-        ("vector_env", "arguments", "calls", "registration", "sb3", "wrappers", "libero"),
+        (
+            "vector_env",
+            "arguments",
+            "calls",
+            "registration",
+            "sb3",
+            "wrappers",
+            "libero",
+            "testing",
+        ),
     ),
     ("tuning", ("tuning", "__init__")),
 ]
