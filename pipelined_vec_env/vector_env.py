@@ -383,6 +383,16 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         return tuple(self._pool.handles)
 
     @property
+    def pool(self) -> WorkerPool:
+        """The workers' pool, for diagnostics and tests: the commands in flight on a
+        worker (``envs.pool.in_flight(envs.workers[i])``, oldest first, each an
+        `pipelined_vec_env.workers.pool.InFlight` with its ``command`` and ``env_ids``) and
+        whether workers are idle (``envs.pool.idle(workers)``). Read it; commands sent
+        through it directly bypass the env's own bookkeeping. `pipelined_vec_env.testing.kill_worker` kills a worker
+        for fault tests."""
+        return self._pool
+
+    @property
     def _shm_arrays(self) -> list[Any]:
         """The shared memory segments of the observations, for tests that check their
         release."""
