@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from .arguments import ArgumentField, check_arguments
 from .batching import check_actions, to_numpy
 from .calls import EnvCalls
-from .env_spaces import spaces_from_descriptions
+from .env_spaces import EnvSpaces, spaces_from_descriptions
 from .observations import ObservationStore
 from .profiling.profiler import Profiler
 from .reset_arguments import reset_arguments
@@ -242,6 +242,29 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         self.copy = copy
         self.info_layout = args.info_layout  # a public attribute that may change between calls
         recorder = self.profiler if profile else None
+        found = self._start_workers(
+            recorder,
+            context=context,
+            worker_threads=worker_threads,
+            daemon=daemon,
+            ray_options=ray_options,
+            fast_path=bool(fast_path),
+        )
+        self._take_spaces(found)
+        self._build_stepping(recorder)
+
+    def _start_workers(
+        self,
+        recorder: Profiler | None,
+        *,
+        context: str | Any | None,
+        worker_threads: int | None,
+        daemon: bool,
+        ray_options: Any,
+        fast_path: bool,
+    ) -> EnvSpaces:
+        """Start the workers (their pool) and read the spaces they describe; on any
+        failure close what started and re-raise."""
         self._pool = WorkerPool(
             start_timeout=self.start_timeout,
             step_deadline=self.step_deadline,
@@ -251,7 +274,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         self.closed = False
         try:
             self._pool.spawn(
-                args.layout,
+                self.arguments.layout,
                 self.env_fns,
                 backend=self.backend,
                 context=context,
@@ -260,17 +283,20 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
                 daemon=daemon,
                 autoreset_mode=self.autoreset_mode,
                 ray_options=ray_options,
-                fast_path=bool(fast_path),
+                fast_path=fast_path,
                 worker_nice=self.worker_nice,
                 render_devices=self.render_devices,
             )
             self.context = self._pool.context
-            found = spaces_from_descriptions(
+            return spaces_from_descriptions(
                 self._pool.start(), self.num_envs, self.observation_mode, self.autoreset_mode
             )
         except BaseException:
             self.close(terminate=True)
             raise
+
+    def _take_spaces(self, found: EnvSpaces) -> None:
+        """The spaces, metadata and spec the workers' envs described."""
         self.metadata = found.metadata
         self.render_mode = found.render_mode
         self.env_spec = found.env_spec
@@ -278,6 +304,10 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         self.action_space = found.action_space
         self.single_observation_space = found.single_observation_space
         self.observation_space = found.observation_space
+
+    def _build_stepping(self, recorder: Profiler | None) -> None:
+        """The stages over the started workers, the observation buffers, and the
+        stage and decoupled stepping over them."""
         self.stages: tuple[Stage, ...] = tuple(
             Stage(
                 s,
@@ -351,6 +381,16 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         same as ``[w for s in self.stages for w in s.workers]``): its ``env_indices``,
         ``restarts``, ``pid``, ``wire`` (`worker_handle.WireStats`, subprocess workers)."""
         return tuple(self._pool.handles)
+
+    @property
+    def pool(self) -> WorkerPool:
+        """The workers' pool, for diagnostics and tests: the commands in flight on a
+        worker (``envs.pool.in_flight(envs.workers[i])``, oldest first, each an
+        `pipelined_vec_env.workers.pool.InFlight` with its ``command`` and ``env_ids``) and
+        whether workers are idle (``envs.pool.idle(workers)``). Read it; commands sent
+        through it directly bypass the env's own bookkeeping. `pipelined_vec_env.testing.kill_worker` kills a worker
+        for fault tests."""
+        return self._pool
 
     @property
     def _shm_arrays(self) -> list[Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import os
 import signal
 from functools import partial
 
@@ -20,6 +19,7 @@ from pipelined_vec_env import (
     WorkerError,
 )
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
+from pipelined_vec_env.testing import kill_worker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -108,8 +108,7 @@ def test_dead_worker_raises_crashed_error_and_other_stages_go_on(make_pipelined,
 
 def test_sigkill_from_outside_is_noticed_on_next_wait(make_pipelined):
     envs = faulty(make_pipelined)
-    pid = envs.stages[0].workers[1].process.pid
-    os.kill(pid, signal.SIGKILL)
+    kill_worker(envs, envs.stages[0].workers[1].index)
     envs.step_async(acts(0, 0), stage=0)
     with pytest.raises(WorkerCrashedError) as info:
         envs.step_wait(stage=0)
@@ -121,7 +120,7 @@ def test_sigkill_while_waiting_without_timeout(make_pipelined):
     envs.step_async(acts(0, F.SLEEP), stage=0)
     with pytest.raises(WaitTimeoutError):
         envs.step_wait(stage=0, timeout=0.2)
-    os.kill(envs.stages[0].workers[1].process.pid, signal.SIGKILL)
+    kill_worker(envs, envs.stages[0].workers[1].index)
     with pytest.raises(WorkerCrashedError):
         envs.step_wait(stage=0)  # timeout=None: would hang forever without the sentinel
 

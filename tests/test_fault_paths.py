@@ -31,6 +31,7 @@ from pipelined_vec_env import (
     make_vec,
 )
 from pipelined_vec_env.debug_envs import CountingEnv
+from pipelined_vec_env.testing import kill_worker
 
 # the env classes below travel to the workers by value (tests/ need not be importable there)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -125,13 +126,6 @@ def assert_gone(procs: set[psutil.Process]) -> None:
     """Every process in ``procs`` exits within a generous 30 s."""
     _, alive = psutil.wait_procs(list(procs), timeout=30)
     assert not alive, f"processes left behind: {alive}"
-
-
-def kill_worker(envs: PipelinedVectorEnv, index: int) -> None:
-    """SIGKILL worker ``index`` and reap it (the vector env notices on its next wait)."""
-    process = envs.workers[index].process
-    process.kill()
-    process.join(30)
 
 
 # ---------------------------------------------------------------------- (1) start_timeout

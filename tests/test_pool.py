@@ -66,7 +66,7 @@ def test_the_pool_queues_each_command_with_its_envs_until_answered(make_pipeline
     )
     envs.reset(seed=0)
     envs.step_async(np.zeros(2, dtype=np.int64), stage=1)
-    pool = envs._pool
+    pool = envs.pool
     stage1 = envs.stages[1].workers
     queued = [pool.in_flight(w) for w in stage1]
     assert [[(q.command, q.env_ids) for q in qs] for qs in queued] == [
@@ -106,7 +106,7 @@ def test_decoupled_sends_queue_on_the_pool_and_answer_in_order(make_pipelined):
     envs.async_reset(seed=0)
     envs.recv(batch_size=2, timeout=30)
     (worker,) = envs.workers
-    pool = envs._pool
+    pool = envs.pool
     assert pool.idle([worker])
     envs.send(np.array([1]), env_ids=[1])
     envs.send(np.array([0]), env_ids=[0])

@@ -396,6 +396,15 @@ def test_time_slices_let_a_heavier_task_preempt_niced_workers():
     assert simulate(Layout("staged", 4, 1, worker_nice="idle"), costs) >= niced * 0.99
 
 
+def test_background_load_slows_the_model_even_while_every_task_is_off_the_cpu():
+    # a message latency puts every task off the CPU at the start of each step; with other
+    # processes' load and processor sharing that moment once raised an IndexError
+    idle = dataclasses.replace(_fixed_costs(4, 0.004, 0.002, cores=2), message_latency=1e-4)
+    loaded = dataclasses.replace(idle, background_load=1.0)
+    for layout in (Layout("staged", 2, 2), Layout("decoupled", batch_size=2)):
+        assert 0 < simulate(layout, loaded) < 0.95 * simulate(layout, idle)
+
+
 # the race's rules on made-up per-round rates (env steps/s): no processes, no clock
 
 

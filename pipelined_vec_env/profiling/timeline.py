@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .records import Recording, merged_waits, placed
 from .summary import summarize
@@ -26,10 +28,74 @@ _COLOURS = {
 _WINDOW_COMMANDS = 24
 
 
+# what each colour stands for in the legend, in its order
+_LABELS = {
+    "step": "worker: step",
+    "reset": "worker: reset",
+    "start": "worker: start-up",
+    "call": "worker: call",
+    "set_attr": "worker: set_attr",
+    "in flight": "command / stage call in flight",
+    "inference": "caller: inference span",
+    "wait": "caller: waiting for envs",
+    "span": "caller: other span",
+}
+
+# per row: bars (start ms, width ms, what)
+_Bars = dict[int, list[tuple[float, float, str]]]
+
+
+@dataclass
+class _Rows:
+    """The picture's rows, top to bottom: the caller's threads, the stages, the workers."""
+
+    names: list[str] = field(default_factory=list)
+    threads: dict[int, int] = field(default_factory=dict)  # thread track -> row
+    stages: dict[int, int] = field(default_factory=dict)  # stage -> row
+    workers: dict[int, int] = field(default_factory=dict)  # worker -> row
+
+
+@dataclass
+class _Window:
+    """The time shown: ``origin`` (ns) is the first event, ``lo``/``hi`` seconds after it."""
+
+    origin: int
+    lo: float
+    hi: float
+
+    def to_ms(self, t: int) -> float:
+        return (t - self.origin) / 1e6
+
+    def shows(self, a_ms: float, b_ms: float) -> bool:
+        return not (b_ms < self.lo * 1e3 or a_ms > self.hi * 1e3)
+
+
 def draw_timeline(
     recording: Recording, path: Path, start_s: float | None, duration_s: float | None
 ) -> Path:
     """Draw `recording` into the PNG `path` (see `Profiler.plot` for the arguments)."""
+    plt, patch = _pyplot()
+    window = _window(recording, start_s, duration_s)
+    rows = _rows(recording)
+    bars = _bars(recording, window, rows)
+    height = 1.6 + 0.42 * len(rows.names)
+    fig, ax = plt.subplots(figsize=(12, height))
+    _draw_bars(ax, bars)
+    _draw_instants(ax, recording, window, rows)
+    ax.set_yticks(range(len(rows.names)), rows.names)
+    ax.set_ylim(len(rows.names) - 0.5, -0.5)
+    ax.set_xlim(window.lo * 1e3, window.hi * 1e3)
+    ax.set_xlabel("time since the first event (ms)")
+    _draw_legend(ax, patch, bars, height)
+    _draw_title(ax, recording)
+    ax.grid(axis="x", alpha=0.3)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _pyplot() -> tuple[Any, Any]:
+    """matplotlib's ``pyplot`` (on the Agg backend unless one was chosen) and ``Patch``."""
     try:
         import matplotlib
 
@@ -38,8 +104,12 @@ def draw_timeline(
         from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - matplotlib is in the train extra
         raise ImportError("Profiler.plot needs matplotlib: pip install matplotlib") from exc
+    return plt, Patch
 
-    workers, threads = recording.workers, recording.threads
+
+def _window(recording: Recording, start_s: float | None, duration_s: float | None) -> _Window:
+    """The time shown: by default the last ``_WINDOW_COMMANDS`` commands of the busiest
+    worker, ending at the last event."""
     times = [r[2] for r in recording.commands] + [s[3] for s in recording.spans]
     times += [w[2] for w in recording.waits] + [s[2] for s in recording.stage_spans]
     ends = [r[5] for r in recording.commands] + [s[4] for s in recording.spans]
@@ -50,48 +120,52 @@ def draw_timeline(
         duration_s = _default_window(recording.commands, origin, last)
     if start_s is None:
         start_s = max(0.0, (last - origin) / 1e9 - duration_s)
-    lo, hi = start_s, start_s + duration_s
+    return _Window(origin, start_s, start_s + duration_s)
 
-    def to_ms(t: int) -> float:
-        return (t - origin) / 1e6
 
-    rows: list[str] = []
-    bars: dict[int, list[tuple[float, float, str]]] = {}
-    thread_rows = {}
-    for track in sorted(threads) or [0]:
-        thread_rows[track] = len(rows)
-        name = threads.get(track, "caller")
-        rows.append("caller" if track == 0 else f"caller: {name}")
-    stage_rows = {}
+def _rows(recording: Recording) -> _Rows:
+    """One row per caller thread, per stage and per worker."""
+    rows = _Rows()
+    for track in sorted(recording.threads) or [0]:
+        rows.threads[track] = len(rows.names)
+        name = recording.threads.get(track, "caller")
+        rows.names.append("caller" if track == 0 else f"caller: {name}")
     for s in range(max(recording.num_stages, 1)):
-        stage_rows[s] = len(rows)
-        rows.append(f"stage {s}")
-    worker_rows = {}
-    for w, (s, _envs) in sorted(workers.items()):
-        worker_rows[w] = len(rows)
-        rows.append(f"worker {w} (stage {s})")
+        rows.stages[s] = len(rows.names)
+        rows.names.append(f"stage {s}")
+    for w, (s, _envs) in sorted(recording.workers.items()):
+        rows.workers[w] = len(rows.names)
+        rows.names.append(f"worker {w} (stage {s})")
+    return rows
+
+
+def _bars(recording: Recording, window: _Window, rows: _Rows) -> _Bars:
+    """The bars inside ``window``: the caller's spans and waits, the stages' calls in
+    flight, each worker's commands in flight and the work they took in the worker."""
+    bars: _Bars = {}
 
     def add(row: int, t0: int, t1: int, what: str) -> None:
-        a, b = to_ms(t0), to_ms(t1)
-        if b < lo * 1e3 or a > hi * 1e3:
-            return
-        bars.setdefault(row, []).append((a, max(b - a, 1e-3), what))
+        a, b = window.to_ms(t0), window.to_ms(t1)
+        if window.shows(a, b):
+            bars.setdefault(row, []).append((a, max(b - a, 1e-3), what))
 
     for name, _stage, track, t0, t1 in recording.spans:
-        add(thread_rows.get(track, 0), t0, t1, "inference" if name == "inference" else "span")
+        add(rows.threads.get(track, 0), t0, t1, "inference" if name == "inference" else "span")
     for _name, _stages, t0, t1 in merged_waits(recording.waits):
-        add(thread_rows.get(0, 0), t0, t1, "wait")
+        add(rows.threads.get(0, 0), t0, t1, "wait")
     for stage, op, t0, t1 in recording.stage_spans:
-        add(stage_rows[stage], t0, t1, "in flight" if op == "step" else op)
+        add(rows.stages[stage], t0, t1, "in flight" if op == "step" else op)
     for worker, command, t_sent, t_start, t_end, t_recv, _kind in recording.commands:
-        if worker not in worker_rows:
+        if worker not in rows.workers:
             continue
-        add(worker_rows[worker], t_sent, t_recv, "in flight")
+        add(rows.workers[worker], t_sent, t_recv, "in flight")
         start, dur = placed(t_sent, t_start, t_end, t_recv)
-        add(worker_rows[worker], start, start + dur, command)
+        add(rows.workers[worker], start, start + dur, command)
+    return bars
 
-    height = 1.6 + 0.42 * len(rows)
-    fig, ax = plt.subplots(figsize=(12, height))
+
+def _draw_bars(ax: Any, bars: _Bars) -> None:
+    """Each row's bars, one ``broken_barh`` per colour (calls in flight thinner)."""
     for row, items in bars.items():
         by_colour: dict[str, list[tuple[float, float]]] = {}
         for a, width, what in items:
@@ -105,28 +179,22 @@ def draw_timeline(
                 edgecolors="white",  # adjacent calls in flight stay apart
                 linewidth=0.4 if what == "in flight" else 0,
             )
+
+
+def _draw_instants(ax: Any, recording: Recording, window: _Window, rows: _Rows) -> None:
+    """Restarts, deadline kills and deaths: a named tick on their worker's row."""
     for name, worker, t, _args in recording.instants:
-        x = to_ms(t)
-        if worker in worker_rows and lo * 1e3 <= x <= hi * 1e3:
-            ax.plot([x, x], [worker_rows[worker] - 0.5, worker_rows[worker] + 0.5], color="black")
-            ax.annotate(name, (x, worker_rows[worker] + 0.45), fontsize=7)
-    ax.set_yticks(range(len(rows)), rows)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(lo * 1e3, hi * 1e3)
-    ax.set_xlabel("time since the first event (ms)")
+        x = window.to_ms(t)
+        if worker in rows.workers and window.lo * 1e3 <= x <= window.hi * 1e3:
+            row = rows.workers[worker]
+            ax.plot([x, x], [row - 0.5, row + 0.5], color="black")
+            ax.annotate(name, (x, row + 0.45), fontsize=7)
+
+
+def _draw_legend(ax: Any, patch: Any, bars: _Bars, height: float) -> None:
+    """A legend of the colours drawn, below the axes."""
     used = {what for items in bars.values() for *_, what in items}
-    labels = {
-        "step": "worker: step",
-        "reset": "worker: reset",
-        "start": "worker: start-up",
-        "call": "worker: call",
-        "set_attr": "worker: set_attr",
-        "in flight": "command / stage call in flight",
-        "inference": "caller: inference span",
-        "wait": "caller: waiting for envs",
-        "span": "caller: other span",
-    }
-    handles = [Patch(color=_COLOURS[k], label=labels[k]) for k in labels if k in used]
+    handles = [patch(color=_COLOURS[k], label=_LABELS[k]) for k in _LABELS if k in used]
     ax.legend(
         handles=handles,
         loc="upper center",
@@ -135,15 +203,15 @@ def draw_timeline(
         fontsize=8,
         frameon=False,
     )
+
+
+def _draw_title(ax: Any, recording: Recording) -> None:
+    """The summary's bottleneck reason as the title (none if the summary fails)."""
     try:
         reason = summarize(recording)["bottleneck_reason"]
         ax.set_title("\n".join(textwrap.wrap(reason, 150)), fontsize=8, loc="left")
     except Exception:  # a picture without a title is still a picture
         pass
-    ax.grid(axis="x", alpha=0.3)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
 
 
 def _default_window(commands: Sequence[tuple], origin: int, last: int) -> float:

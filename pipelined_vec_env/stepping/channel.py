@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -182,6 +182,97 @@ class DecoupledRollout:
 
 
 # ---------------------------------------------------------------------- channel
+
+
+# a run's recorded columns, per env
+_COLUMNS = ("obs", "actions", "rewards", "terms", "truncs", "infos", "actors", "extras")
+
+
+@dataclass
+class _RunState:
+    """One `InferenceChannel.run`'s bookkeeping, per env: steps and episodes taken, the
+    observation its posted request carries, its step in flight ``(obs, action, extras,
+    actor)``, and its recorded columns."""
+
+    steps_per_env: int
+    record: bool
+    on_transition: Callable[[Transition], None] | None
+    episodes_per_env: int | None
+    participants: set[int]
+    steps: np.ndarray
+    episodes: np.ndarray
+    columns: list[dict[str, list[Any]]]
+    posted_obs: dict[int, Any] = field(default_factory=dict)
+    acted: dict[int, tuple[Any, Any, dict[str, np.ndarray], int]] = field(default_factory=dict)
+    turnaround: list[float] = field(default_factory=list)
+    posted: set[int] = field(default_factory=set)  # envs whose request is at the actors
+
+    @classmethod
+    def start(
+        cls,
+        num_envs: int,
+        steps_per_env: int,
+        record: bool,
+        on_transition: Callable[[Transition], None] | None,
+        episodes_per_env: int | None,
+        participants: set[int],
+    ) -> _RunState:
+        columns = [{key: [] for key in _COLUMNS} for _ in range(num_envs)]
+        return cls(
+            steps_per_env,
+            record,
+            on_transition,
+            episodes_per_env,
+            participants,
+            steps=np.zeros(num_envs, dtype=np.int64),
+            episodes=np.zeros(num_envs, dtype=np.int64),
+            columns=columns,
+        )
+
+    @property
+    def keep(self) -> bool:
+        """Whether observations and actions are kept (recorded or passed on)."""
+        return self.record or self.on_transition is not None
+
+    def complete(self, g: int, reward: float, term: bool, trunc: bool, info: dict) -> None:
+        """Env ``g``'s step in flight answered: record it, pass it on, count it."""
+        prev_obs, action, extras, actor = self.acted.pop(g)
+        if self.record:
+            col = self.columns[g]
+            col["obs"].append(prev_obs)
+            col["actions"].append(action)
+            col["extras"].append(extras)
+            col["rewards"].append(reward)
+            col["terms"].append(term)
+            col["truncs"].append(trunc)
+            col["infos"].append(info)
+            col["actors"].append(actor)
+        if self.on_transition is not None:
+            self.on_transition(
+                Transition(
+                    g,
+                    int(self.steps[g]),
+                    prev_obs,
+                    action,
+                    extras,
+                    reward,
+                    term,
+                    trunc,
+                    info,
+                    actor,
+                )
+            )
+        self.steps[g] += 1
+        self.episodes[g] += bool(term or trunc)
+
+    def done(self, g: int) -> bool:
+        """Whether env ``g`` is out of this run (not taking part, or its steps or
+        episodes reached)."""
+        return (
+            g not in self.participants
+            or self.steps[g] >= self.steps_per_env
+            or (self.episodes_per_env is not None and self.episodes[g] >= self.episodes_per_env)
+        )
 
 
 class InferenceChannel:
@@ -424,145 +515,103 @@ class InferenceChannel:
         participants: set[int],
         timeout: float | None,
     ) -> DecoupledRollout:
-        envs = self.envs
-        n = envs.num_envs
-        obs_space, act_space = envs.single_observation_space, envs.single_action_space
         began = time.monotonic()
         self._actors.reset_stats()
-        steps = np.zeros(n, dtype=np.int64)
-        episodes = np.zeros(n, dtype=np.int64)
-        keep = record or on_transition is not None
-        # per env: the obs its posted request carries, then (obs, action, extras, actor)
-        posted_obs: dict[int, Any] = {}
-        acted: dict[int, tuple[Any, Any, dict[str, np.ndarray], int]] = {}
-        columns: list[dict[str, list[Any]]] = [
-            {
-                "obs": [],
-                "actions": [],
-                "rewards": [],
-                "terms": [],
-                "truncs": [],
-                "infos": [],
-                "actors": [],
-                "extras": [],
-            }
-            for _ in range(n)
-        ]
-        turnaround: list[float] = []
-        posted: set[int] = set()
-
-        def post(env_ids: list[int], obs_rows: list[Any], now: float) -> None:
-            # one request per worker: an env batch, as RLinf's env workers send them
-            groups: dict[int, list[int]] = {}
-            for pos, g in enumerate(env_ids):
-                groups.setdefault(int(self._worker_of[g]), []).append(pos)
-            for positions in groups.values():
-                ids = np.array([env_ids[p] for p in positions], dtype=np.int64)
-                rows = [obs_rows[p] for p in positions]
-                batch = rows[0] if len(rows) == 1 else concat_batches(obs_space, rows)
-                if keep:
-                    for g, row in zip(ids.tolist(), rows, strict=True):
-                        posted_obs[g] = row
-                posted.update(ids.tolist())
-                self._actors.post(Request(self._epoch, ids, batch, now))
-
+        run = _RunState.start(
+            self.envs.num_envs, steps_per_env, record, on_transition, episodes_per_env, participants
+        )
         held = sorted(g for g in self._held if g in participants)
         if held:
-            post(held, [self._held.pop(g) for g in held], time.monotonic())
+            self._post(run, held, [self._held.pop(g) for g in held], time.monotonic())
+        while run.posted or self._at_env:
+            if self._results_due(run, timeout):
+                self._take_results(run)
+        return self._rollout(run, began)
 
-        while posted or self._at_env:
-            # 1. actions back to their envs
-            progressed = self._deliver(posted, acted, posted_obs, keep, turnaround)
-            # 2. results from the envs
-            if not progressed:
-                env_ready, woken = self._wait_for_events(envs, timeout)
-                if not env_ready and not woken:
-                    raise WaitTimeoutError(
-                        f"run: no env result or actor reply within {timeout} s "
-                        f"({len(self._at_env)} envs stepping, {len(posted)} at the actors; "
-                        f"{self._actors.diagnosis()})"
-                    )
-                if not env_ready:
-                    continue
-            if not self._at_env:
-                continue
-            try:
-                obs, rewards, terms, truncs, infos = envs.recv(timeout=0)
-            except WaitTimeoutError:
-                continue
-            now = time.monotonic()
-            ids = infos["env_id"].tolist()
-            rows = split_infos(infos, len(ids))
-            go_ids: list[int] = []
-            go_rows: list[Any] = []
-            for k, g in enumerate(ids):
-                self._at_env.discard(g)
-                row = batch_slice(obs_space, obs, np.array([k]))
-                if g in acted:
-                    prev_obs, action, extras, actor = acted.pop(g)
-                    info = rows[k]
-                    info.pop("env_id")  # recv's own key (the env's "env_id" is replaced)
-                    if record:
-                        col = columns[g]
-                        col["obs"].append(prev_obs)
-                        col["actions"].append(action)
-                        col["extras"].append(extras)
-                        col["rewards"].append(float(rewards[k]))
-                        col["terms"].append(bool(terms[k]))
-                        col["truncs"].append(bool(truncs[k]))
-                        col["infos"].append(info)
-                        col["actors"].append(actor)
-                    if on_transition is not None:
-                        on_transition(
-                            Transition(
-                                g,
-                                int(steps[g]),
-                                prev_obs,
-                                action,
-                                extras,
-                                float(rewards[k]),
-                                bool(terms[k]),
-                                bool(truncs[k]),
-                                info,
-                                actor,
-                            )
-                        )
-                    steps[g] += 1
-                    episodes[g] += bool(terms[k] or truncs[k])
-                done = (
-                    g not in participants
-                    or steps[g] >= steps_per_env
-                    or (episodes_per_env is not None and episodes[g] >= episodes_per_env)
+    def _post(self, run: _RunState, env_ids: list[int], obs_rows: list[Any], now: float) -> None:
+        """Post the envs' observations to the actors: one request per worker (an env
+        batch, as RLinf's env workers send them)."""
+        obs_space = self.envs.single_observation_space
+        groups: dict[int, list[int]] = {}
+        for pos, g in enumerate(env_ids):
+            groups.setdefault(int(self._worker_of[g]), []).append(pos)
+        for positions in groups.values():
+            ids = np.array([env_ids[p] for p in positions], dtype=np.int64)
+            rows = [obs_rows[p] for p in positions]
+            batch = rows[0] if len(rows) == 1 else concat_batches(obs_space, rows)
+            if run.keep:
+                for g, row in zip(ids.tolist(), rows, strict=True):
+                    run.posted_obs[g] = row
+            run.posted.update(ids.tolist())
+            self._actors.post(Request(self._epoch, ids, batch, now))
+
+    def _results_due(self, run: _RunState, timeout: float | None) -> bool:
+        """Send the actors' replies to their envs; without any, sleep until an env
+        answers or an actor wakes the driver. True when envs may have results to read.
+
+        Raises:
+            WaitTimeoutError: Nothing happened within ``timeout`` seconds.
+        """
+        if not self._deliver(run):
+            env_ready, woken = self._wait_for_events(self.envs, timeout)
+            if not env_ready and not woken:
+                raise WaitTimeoutError(
+                    f"run: no env result or actor reply within {timeout} s "
+                    f"({len(self._at_env)} envs stepping, {len(run.posted)} at the actors; "
+                    f"{self._actors.diagnosis()})"
                 )
-                if done:
-                    self._held[g] = row
-                else:
-                    go_ids.append(g)
-                    go_rows.append(row)
-            if go_ids:
-                post(go_ids, go_rows, now)
+            if not env_ready:
+                return False
+        return bool(self._at_env)
 
-        final = [self._held[g] for g in range(n)]
+    def _take_results(self, run: _RunState) -> None:
+        """Read the envs' results that are in (without waiting): complete each env's
+        transition, then hold the envs that are done and post the others' observations."""
+        obs_space = self.envs.single_observation_space
+        try:
+            obs, rewards, terms, truncs, infos = self.envs.recv(timeout=0)
+        except WaitTimeoutError:
+            return
+        now = time.monotonic()
+        ids = infos["env_id"].tolist()
+        rows = split_infos(infos, len(ids))
+        go_ids: list[int] = []
+        go_rows: list[Any] = []
+        for k, g in enumerate(ids):
+            self._at_env.discard(g)
+            row = batch_slice(obs_space, obs, np.array([k]))
+            if g in run.acted:
+                info = rows[k]
+                info.pop("env_id")  # recv's own key (the env's "env_id" is replaced)
+                run.complete(g, float(rewards[k]), bool(terms[k]), bool(truncs[k]), info)
+            if run.done(g):
+                self._held[g] = row
+            else:
+                go_ids.append(g)
+                go_rows.append(row)
+        if go_ids:
+            self._post(run, go_ids, go_rows, now)
+
+    def _rollout(self, run: _RunState, began: float) -> DecoupledRollout:
+        """The run's result, every env held with its latest observation."""
+        envs = self.envs
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        final = [self._held[g] for g in range(envs.num_envs)]
         trajectories = None
-        if record:
-            trajectories = [_trajectory(g, columns[g], obs_space, act_space) for g in range(n)]
+        if run.record:
+            trajectories = [
+                _trajectory(g, column, obs_space, act_space) for g, column in enumerate(run.columns)
+            ]
         return DecoupledRollout(
-            steps=steps,
+            steps=run.steps,
             final_obs=concat_batches(obs_space, final),
             trajectories=trajectories,
             actor_stats=self._actors.stats,
-            turnaround=turnaround,
+            turnaround=run.turnaround,
             wall_seconds=time.monotonic() - began,
         )
 
-    def _deliver(
-        self,
-        posted: set[int],
-        acted: dict[int, tuple[Any, Any, dict[str, np.ndarray], int]],
-        posted_obs: dict[int, Any],
-        keep: bool,
-        turnaround: list[float],
-    ) -> bool:
+    def _deliver(self, run: _RunState) -> bool:
         """Send every available actor reply to its envs; True if there was one."""
         got = False
         act_space = self.envs.single_action_space
@@ -578,20 +627,20 @@ class InferenceChannel:
             ids = reply.env_ids
             self.envs.send(reply.actions, ids)
             now = time.monotonic()
-            turnaround.extend(now - t for t in reply.arrived_at)
+            run.turnaround.extend(now - t for t in reply.arrived_at)
             id_list = ids.tolist()
-            posted.difference_update(id_list)
+            run.posted.difference_update(id_list)
             self._at_env.update(id_list)
             for k, g in enumerate(id_list):
-                if keep:
-                    acted[g] = (
-                        posted_obs.pop(g),
+                if run.keep:
+                    run.acted[g] = (
+                        run.posted_obs.pop(g),
                         batch_slice(act_space, reply.actions, np.array([k])),
                         {key: v[k : k + 1] for key, v in reply.extras.items()},
                         reply.actor,
                     )
                 else:
-                    acted[g] = (None, None, {}, reply.actor)
+                    run.acted[g] = (None, None, {}, reply.actor)
         return got
 
     # ------------------------------------------------------------------ lifecycle

@@ -251,6 +251,8 @@ class _Machine:
         if self.slice is not None:
             return dict.fromkeys(self.running, self.cores / self.slots)
         on_cpu = [key for key, t in self.tasks.items() if t[0][t[1]][0] == "cpu"]
+        if not on_cpu:  # every task waits off the CPU (a message in flight, a sleep)
+            return {}
         weights = [self.tasks[key][4] for key in on_cpu]
         if len(set(weights)) <= 1 and (
             not self.background or weights[0] == 1.0
@@ -323,6 +325,53 @@ def _split(layout: Layout, num_envs: int) -> list[list[list[int]]]:
     return stages
 
 
+class _Loop:
+    """The state one `simulate` call shares between its steps: the simulated machine, the
+    resampled step times, and the caller's policy calls counted so far."""
+
+    def __init__(self, layout: Layout, costs: Costs, seed: int) -> None:
+        self.costs = costs
+        self.rng = np.random.default_rng(seed)
+        self.machine = _Machine(costs.cores, costs.background_load, costs.slice_seconds)
+        self.latency = max(0.0, costs.message_latency)
+        # workers' CPU share against the caller's (weight 1): CFS weights of their nice values
+        self.worker_weight = (
+            1.0
+            if layout.worker_nice is None
+            else nice_weight(layout.worker_nice) / nice_weight(costs.caller_nice)
+        )
+        self.counted: list[tuple[float, int]] = []  # (time, env steps handed to the policy)
+        self.busy = False  # the caller is in a policy call
+        self.steps = 0  # env steps handed to the policy
+
+    def step_segments(self, env: int) -> list[tuple[str, float]]:
+        """One step of ``env``, resampled from its measured steps."""
+        costs = self.costs
+        j = int(self.rng.integers(len(costs.step_cpu[env])))
+        return [("cpu", float(costs.step_cpu[env][j])), ("off", float(costs.step_sleep[env][j]))]
+
+    def policy_segments(self, batch: int, messages: int) -> list[tuple[str, float]]:
+        """One policy call on ``batch`` observations that came in ``messages`` messages."""
+        wall, cpu = self.costs.policy(batch)
+        return [("cpu", cpu + (messages + 1) * self.costs.message_cpu), ("off", wall - cpu)]
+
+    def hand_to_policy(self, size: int) -> None:
+        """The caller takes ``size`` env steps' results into a policy call."""
+        self.busy = True
+        self.counted.append((self.machine.now, size))
+        self.steps += size
+
+    def rate(self) -> float:
+        """Env steps/s over the counted policy calls after the first quarter (warm-up)."""
+        end = self.counted[-1][0]
+        start = end / 4
+        window = [(t, c) for t, c in self.counted if t > start]
+        if len(window) < 2 or end <= start:
+            return float("nan")
+        first = window[0][0]
+        return sum(c for _, c in window[1:]) / (end - first)
+
+
 def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed: int = 0) -> float:
     """Predicted env steps/s of ``layout`` under ``costs``.
 
@@ -337,111 +386,96 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
         Env steps per second of the loop in steady state.
     """
     n = costs.num_envs
-    rng = np.random.default_rng(seed)
+    loop = _Loop(layout, costs, seed)
     total = env_steps or max(400, 60 * n)
-    machine = _Machine(costs.cores, costs.background_load, costs.slice_seconds)
-    latency = max(0.0, costs.message_latency)
-    # workers' CPU share against the caller's (weight 1): CFS weights of their nice values
-    worker_weight = (
-        1.0
-        if layout.worker_nice is None
-        else nice_weight(layout.worker_nice) / nice_weight(costs.caller_nice)
-    )
-
-    def step_segments(env: int) -> list[tuple[str, float]]:
-        j = int(rng.integers(len(costs.step_cpu[env])))
-        return [("cpu", float(costs.step_cpu[env][j])), ("off", float(costs.step_sleep[env][j]))]
-
-    def policy_segments(batch: int, messages: int) -> list[tuple[str, float]]:
-        wall, cpu = costs.policy(batch)
-        return [("cpu", cpu + (messages + 1) * costs.message_cpu), ("off", wall - cpu)]
-
-    counted: list[tuple[float, int]] = []  # (time, env steps handed to the policy)
-    caller = {"busy": False, "steps": 0}
-
     if layout.mode == "staged":
-        stages = _split(layout, n)
-        pending = [0] * len(stages)
-        done = [False] * len(stages)
-        turn = {"s": 0}
-
-        def launch(s: int) -> None:
-            pending[s] = len(stages[s])
-            for worker in stages[s]:
-                segments = [("off", latency), ("cpu", costs.worker_message_cpu)]
-                for env in worker:
-                    segments += step_segments(env)
-                machine.start(segments, lambda s=s: worker_done(s), worker_weight)
-
-        def worker_done(s: int) -> None:
-            pending[s] -= 1
-            if pending[s] == 0:
-                done[s] = True
-                serve()
-
-        def serve() -> None:
-            s = turn["s"]
-            if caller["busy"] or not done[s]:
-                return
-            done[s] = False
-            caller["busy"] = True
-            size = sum(len(w) for w in stages[s])
-            counted.append((machine.now, size))
-            caller["steps"] += size
-
-            def served() -> None:
-                caller["busy"] = False
-                launch(s)
-                turn["s"] = (s + 1) % len(stages)
-                serve()
-
-            machine.start(policy_segments(size, len(stages[s])), served)
-
-        for s in range(len(stages)):
-            launch(s)
+        _start_staged(loop, _split(layout, n))
     elif layout.mode == "decoupled":
-        batch = int(layout.batch_size or 1)
-        ready: list[int] = []
-
-        def launch_env(env: int) -> None:
-            segments = [("off", latency), ("cpu", costs.worker_message_cpu), *step_segments(env)]
-            machine.start(segments, lambda: env_done(env), worker_weight)
-
-        def env_done(env: int) -> None:
-            ready.append(env)
-            serve_ready()
-
-        def serve_ready() -> None:
-            if caller["busy"] or len(ready) < batch:
-                return
-            taken = ready[:]
-            ready.clear()
-            caller["busy"] = True
-            counted.append((machine.now, len(taken)))
-            caller["steps"] += len(taken)
-
-            def served() -> None:
-                caller["busy"] = False
-                for env in taken:
-                    launch_env(env)
-                serve_ready()
-
-            machine.start(policy_segments(len(taken), len(taken)), served)
-
-        for env in range(n):
-            launch_env(env)
+        _start_decoupled(loop, int(layout.batch_size or 1), n)
     else:
         raise ValueError(f"layout.mode: expected 'staged' or 'decoupled', got {layout.mode!r}")
+    while loop.steps < total:
+        loop.machine.advance()
+    return loop.rate()
 
-    while caller["steps"] < total:
-        machine.advance()
-    end = counted[-1][0]
-    start = end / 4
-    window = [(t, c) for t, c in counted if t > start]
-    if len(window) < 2 or end <= start:
-        return float("nan")
-    first = window[0][0]
-    return sum(c for _, c in window[1:]) / (end - first)
+
+def _start_staged(loop: _Loop, stages: list[list[list[int]]]) -> None:
+    """Stage stepping: every stage's workers step their envs; the caller serves the
+    stages in turn, each once all its workers answered, and sends it its next step."""
+    machine = loop.machine
+    pending = [0] * len(stages)
+    done = [False] * len(stages)
+    turn = {"s": 0}
+
+    def launch(s: int) -> None:
+        pending[s] = len(stages[s])
+        for worker in stages[s]:
+            segments = [("off", loop.latency), ("cpu", loop.costs.worker_message_cpu)]
+            for env in worker:
+                segments += loop.step_segments(env)
+            machine.start(segments, lambda s=s: worker_done(s), loop.worker_weight)
+
+    def worker_done(s: int) -> None:
+        pending[s] -= 1
+        if pending[s] == 0:
+            done[s] = True
+            serve()
+
+    def serve() -> None:
+        s = turn["s"]
+        if loop.busy or not done[s]:
+            return
+        done[s] = False
+        size = sum(len(w) for w in stages[s])
+        loop.hand_to_policy(size)
+
+        def served() -> None:
+            loop.busy = False
+            launch(s)
+            turn["s"] = (s + 1) % len(stages)
+            serve()
+
+        machine.start(loop.policy_segments(size, len(stages[s])), served)
+
+    for s in range(len(stages)):
+        launch(s)
+
+
+def _start_decoupled(loop: _Loop, batch: int, n: int) -> None:
+    """Decoupled stepping: each env steps on its own; the caller takes every ready env
+    once ``batch`` are ready, and sends each its next step."""
+    machine = loop.machine
+    ready: list[int] = []
+
+    def launch_env(env: int) -> None:
+        segments = [
+            ("off", loop.latency),
+            ("cpu", loop.costs.worker_message_cpu),
+            *loop.step_segments(env),
+        ]
+        machine.start(segments, lambda: env_done(env), loop.worker_weight)
+
+    def env_done(env: int) -> None:
+        ready.append(env)
+        serve_ready()
+
+    def serve_ready() -> None:
+        if loop.busy or len(ready) < batch:
+            return
+        taken = ready[:]
+        ready.clear()
+        loop.hand_to_policy(len(taken))
+
+        def served() -> None:
+            loop.busy = False
+            for env in taken:
+                launch_env(env)
+            serve_ready()
+
+        machine.start(loop.policy_segments(len(taken), len(taken)), served)
+
+    for env in range(n):
+        launch_env(env)
 
 
 def rank(layouts: Sequence[Layout], costs: Costs, *, seed: int = 0) -> list[tuple[Layout, float]]:
