@@ -22,8 +22,8 @@ success at every evaluation), ``per_task.png`` (each task before and after),
 ``videos/before.mp4`` and ``videos/after.mp4``, ``train.log``, the demos, the BC
 checkpoint and the trainer's checkpoints and TensorBoard files.
 
-``--task-id N`` trains on task N alone; ``--suite`` picks another suite (the expert is
-written for pick-and-place tasks). ``--bc-control`` is the control of the fine-tuning: the
+``--task-id N`` trains on task N alone; ``--suite`` picks another suite with a scripted
+expert (`reference_trainer.libero_tasks.expert_for`; any suite with ``--from-scratch``). ``--bc-control`` is the control of the fine-tuning: the
 same demos and evaluations, but the minutes RL would get go to a longer BC run.
 ``--from-scratch``: PPO from a random policy (no demos, no BC).
 """
@@ -47,7 +47,13 @@ import tyro
 
 from reference_trainer.cli import Group, grouped_class, parse_grouped
 from reference_trainer.config import NumStages, TrainConfig
-from reference_trainer.libero_tasks import TASK_ONE_HOT_KEY, TaskInitStates, TaskOneHot
+from reference_trainer.libero_tasks import (
+    EXPERT_SUITES,
+    TASK_ONE_HOT_KEY,
+    TaskInitStates,
+    TaskOneHot,
+    expert_for,
+)
 from reference_trainer.run_log import LOG_FORMAT, RunLog
 from reference_trainer.train import run_directory, train
 
@@ -67,7 +73,8 @@ class LiberoTrainConfig(TrainConfig):
 
     # -- the main job (first in --help) ----------------------------------------------------
     suite: Suite = "libero_object"
-    """LIBERO suite."""
+    """LIBERO suite (the demos need a scripted expert for its tasks; --from-scratch runs
+    on any suite)."""
     task_id: int | None = None
     """Train on this task of the suite alone (None: every task, one policy)."""
     task_ids: tuple[int, ...] = ()
@@ -317,6 +324,7 @@ GROUPS = (
 """The other boxes of ``--help``, in order."""
 
 HINTS = {
+    "suite": f"(default: libero_object; with an expert: {', '.join(EXPERT_SUITES)})",
     "task_ids": "(default: every task of --suite)",
     "demo_init_states": "(default: 0:2 with several tasks, 0:6 with --task-id)",
     "train_init_states": "(default: 0:45 with several tasks, 0:30 with --task-id)",
@@ -440,6 +448,21 @@ def _obs_keys(config: LiberoTrainConfig) -> tuple[str, ...]:
     return keys[config.state_features] + one_hot
 
 
+def _check_expert(config: LiberoTrainConfig, tasks: list[int]) -> None:
+    """Raise ValueError naming --suite if a task of the run has no scripted expert (the
+    demos need one; --from-scratch does not)."""
+    if config.from_scratch:
+        return
+    try:
+        for task in tasks:
+            expert_for(config.suite, task)
+    except ValueError as err:
+        raise ValueError(
+            f"--suite {config.suite}: the demos need a scripted expert ({err}); "
+            "--from-scratch needs none"
+        ) from None
+
+
 def _check_init_states(config: LiberoTrainConfig) -> None:
     """Raise ValueError if an evaluation init state is also a demo's or training's."""
     eval_ids = set(config.init_states("eval"))
@@ -542,7 +565,8 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
 
     Raises:
         ValueError: for evaluation init states that a demo or training uses, both
-            --from-scratch and --bc-control, or --resume without --from-scratch.
+            --from-scratch and --bc-control, --resume without --from-scratch, or a
+            --suite without a scripted expert (all before any worker starts).
         FileNotFoundError: if --resume points at no checkpoint.
     """
     start = time.time()
@@ -557,6 +581,7 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
         )
     _check_init_states(config)
     tasks = config.tasks()
+    _check_expert(config, tasks)
     deadline = None if config.budget_minutes is None else start + 60 * config.budget_minutes
     if config.run_name is None:
         which = "all" if config.task_id is None else f"task{config.task_id}"

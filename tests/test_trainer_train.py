@@ -459,6 +459,29 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert "task 1: " in result.stdout
 
 
+@_needs_libero
+def test_train_libero_refuses_a_suite_without_an_expert_before_any_worker(tmp_path, monkeypatch):
+    from pipelined_vec_env import PipelinedVectorEnv
+    from reference_trainer.libero_tasks import EXPERT_SUITES, expert_for
+
+    module = load_script("examples/train_libero.py", "train_libero")
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a vector env was built")
+
+    monkeypatch.setattr(PipelinedVectorEnv, "__init__", no_worker)
+    config = module.parse_args(["--suite", "libero_spatial", "--run-dir", str(tmp_path)])
+    with pytest.raises(
+        ValueError, match=r"--suite libero_spatial: .*suites with one: libero_object"
+    ):
+        module.run(config)
+    assert not any(tmp_path.iterdir())
+    assert "libero_object" in EXPERT_SUITES
+    assert type(expert_for("libero_object", 3)).__name__ == "PickPlaceExpert"
+    with pytest.raises(ValueError, match="no scripted expert for libero_10 task 0"):
+        expert_for("libero_10", 0)
+
+
 def test_libero_training_resets_never_draw_an_evaluation_init_state():
     """Training resets of a task-pinned env draw only its training init states and go
     back to its task after an evaluation episode on another; evaluation episode j plays
