@@ -25,7 +25,6 @@ LONG_FUNCTIONS = {
     "pipelined_vec_env.tuning.layout_model.simulate": 107,
     "pipelined_vec_env.libero.collect.collect_demos": 141,
     "pipelined_vec_env.vector_env.PipelinedVectorEnv.__init__": 119,
-    "reference_trainer.bc.train_bc": 136,
 }
 LONG_CLASSES: dict[str, int] = {}
 
