@@ -1,7 +1,7 @@
 """A flat config dataclass parsed by tyro with its ``--help`` in named groups.
 
 tyro draws one box per nested dataclass. The trainer's configs are flat (``train()``
-reads ``config.num_envs``), so :func:`parse_grouped` builds, from the flat class, one
+reads ``config.num_envs``), so `parse_grouped` builds, from the flat class, one
 dataclass per group (flags keep their names: no prefix), parses the command line with
 it and returns an instance of the flat class. Help texts are the fields' docstrings.
 """
@@ -82,7 +82,7 @@ def grouped_class(
         hidden: fields left out of ``--help`` and the command line (they keep their default).
 
     Returns:
-        A dataclass for ``tyro.cli``; :func:`to_flat` turns its instances into ``flat``'s.
+        A dataclass for ``tyro.cli``; `to_flat` turns its instances into ``flat``'s.
 
     Raises:
         ValueError: if a field of ``flat`` is in no group, in two, or not a field of ``flat``.
@@ -128,7 +128,7 @@ def grouped_class(
 
 
 def to_flat(cli_config: Any) -> Any:
-    """The flat config of a parsed :func:`grouped_class` instance."""
+    """The flat config of a parsed `grouped_class` instance."""
     cls = type(cli_config)
     values = {
         f.name: getattr(cli_config, f.name)
