@@ -349,7 +349,7 @@ def parse_args(args: list[str] | None = None) -> LiberoTrainConfig:
         SystemExit: on ``--help`` or a bad flag.
     """
     cli = grouped_class(LiberoTrainConfig, JOB_FLAGS, GROUPS, hints=HINTS, hidden=HIDDEN)
-    return parse_grouped(cli, args, prog="examples/train_libero.py")
+    return parse_grouped(cli, args)
 
 
 def _make_libero_env(
