@@ -22,8 +22,8 @@ success at every evaluation), ``per_task.png`` (each task before and after),
 ``videos/before.mp4`` and ``videos/after.mp4``, ``train.log``, the demos, the BC
 checkpoint and the trainer's checkpoints and TensorBoard files.
 
-``--task-id N`` trains on task N alone; ``--suite`` picks another suite (the expert is
-written for pick-and-place tasks). ``--bc-control`` is the control of the fine-tuning: the
+``--task-id N`` trains on task N alone; ``--suite`` picks another suite with a scripted
+expert (`reference_trainer.libero_tasks.expert_for`; any suite with ``--from-scratch``). ``--bc-control`` is the control of the fine-tuning: the
 same demos and evaluations, but the minutes RL would get go to a longer BC run.
 ``--from-scratch``: PPO from a random policy (no demos, no BC).
 """
@@ -45,8 +45,15 @@ import gymnasium as gym
 import numpy as np
 import tyro
 
+from reference_trainer.cli import Group, grouped_class, parse_grouped
 from reference_trainer.config import NumStages, TrainConfig
-from reference_trainer.libero_tasks import TASK_ONE_HOT_KEY, TaskInitStates, TaskOneHot
+from reference_trainer.libero_tasks import (
+    EXPERT_SUITES,
+    TASK_ONE_HOT_KEY,
+    TaskInitStates,
+    TaskOneHot,
+    expert_for,
+)
 from reference_trainer.run_log import LOG_FORMAT, RunLog
 from reference_trainer.train import run_directory, train
 
@@ -66,11 +73,12 @@ class LiberoTrainConfig(TrainConfig):
 
     # -- the main job (first in --help) ----------------------------------------------------
     suite: Suite = "libero_object"
-    """LIBERO suite."""
+    """LIBERO suite (the demos need a scripted expert for its tasks; --from-scratch runs
+    on any suite)."""
     task_id: int | None = None
     """Train on this task of the suite alone (None: every task, one policy)."""
     task_ids: tuple[int, ...] = ()
-    """Train one policy on these tasks of the suite (empty: every task); --task-id wins."""
+    """Train one policy on these tasks of the suite; --task-id wins."""
     budget_minutes: float | None = 15.0
     """One deadline for the whole command (demos, BC, evaluations, training); None: the
     other limits (--total-timesteps, --max-minutes) alone."""
@@ -83,15 +91,15 @@ class LiberoTrainConfig(TrainConfig):
     """Give the policy its task as a one-hot beside the goal features (the goal features
     already name the object to move and where; docs/trainer.md has both measured)."""
     demo_init_states: str | None = None
-    """Init states of every task the expert demonstrates, one episode each (default: 0:2
-    with several tasks: BC on 6 demos of each of the ten libero_object tasks already
-    solved 0.96-0.98 of the held-out episodes, on 2 of each 0.70; 0:6 with --task-id)."""
+    """Init states of every task the expert demonstrates, one episode each ("0:2": ids 0
+    and 1; "0,3,7" also works). Two per task leave BC room to improve: BC on 6 demos of
+    each of the ten libero_object tasks already solved 0.96-0.98 of the held-out
+    episodes, on 2 of each 0.70."""
     train_init_states: str | None = None
-    """Init states of every task training episodes start from, at random (default: 0:45
-    with several tasks, 0:30 with --task-id); never an evaluation's."""
+    """Init states of every task training episodes start from, at random; never an
+    evaluation's."""
     eval_init_states: str | None = None
-    """Init states of every task each evaluation plays, one deterministic episode each
-    (default: 45:50 with several tasks, 5 per task; 30:50 with --task-id)."""
+    """Init states of every task each evaluation plays, one deterministic episode each."""
     demo_noise_std: float = 0.0
     """DART noise on xyz while collecting demos (0: clean demos, a middling BC policy)."""
     bc_max_epochs: int = 4000
@@ -112,7 +120,7 @@ class LiberoTrainConfig(TrainConfig):
     """State observation: goal features (23 privileged values about the goal object and
     target), the full state vector, or both (see docs/libero.md)."""
     cameras: tuple[Literal["agentview", "wrist"], ...] = ()
-    """Camera observations for the CNN (none by default: state only, ~10x faster on CPU)."""
+    """Camera observations for the CNN (without: state only, ~10x faster on CPU)."""
     image_size: int = 128
     """Camera image side in pixels."""
     dense_reward: bool = True
@@ -153,7 +161,10 @@ class LiberoTrainConfig(TrainConfig):
     video_fps: int = 20
     checkpoint_every: int = 20
     run_name: str | None = None
-    """Run directory name (default: suite, task, mode, seed and the process id)."""
+    """Run directory name under --run-dir."""
+    resume: str | None = None
+    """A --from-scratch run's checkpoint file or run directory to resume from (weights,
+    optimiser, counters, RNG); it writes into that run directory."""
 
     def tasks(self) -> list[int]:
         """The run's task ids: [--task-id], or every task of --suite."""
@@ -174,6 +185,171 @@ class LiberoTrainConfig(TrainConfig):
             "eval": self.eval_init_states or ("45:50" if several else "30:50"),
         }[which]
         return _ids(text)
+
+
+JOB_FLAGS = (
+    "suite",
+    "task_id",
+    "task_ids",
+    "budget_minutes",
+    "from_scratch",
+    "bc_control",
+    "seed",
+    "task_one_hot",
+    "run_dir",
+    "run_name",
+)
+"""The job's own flags, first in ``--help`` (the "options" box)."""
+
+GROUPS = (
+    Group(
+        "init_states",
+        "Which of each task's 50 init states the demos, training and evaluation use "
+        '("a:b": ids a to b-1; "0,3,7"); the evaluation\'s are never a demo\'s or training\'s.',
+        ("demo_init_states", "train_init_states", "eval_init_states"),
+    ),
+    Group(
+        "demos_and_bc",
+        "The warm start: the scripted expert's demos and behaviour cloning of the actor.",
+        ("demo_noise_std", "bc_max_epochs", "bc_patience", "bc_heldout"),
+    ),
+    Group(
+        "fine_tuning",
+        "PPO from the BC weights (--from-scratch turns these off).",
+        (
+            "init_log_std_per_dim",
+            "init_log_std",
+            "explore_dims",
+            "value_warmup_iterations",
+            "actor_learning_rate",
+            "kl_coef",
+            "kl_decay",
+            "kl_coef_min",
+            "self_imitation_steps",
+            "self_imitation_lr",
+            "self_imitation_batch_size",
+            "self_imitation_capacity",
+            "freeze_obs_norm",
+        ),
+    ),
+    Group(
+        "evaluation",
+        "Held-out evaluations: before RL, every few minutes, after.",
+        (
+            "eval_at_start",
+            "eval_every_minutes",
+            "eval_every",
+            "eval_seed",
+            "eval_video",
+            "video_fps",
+        ),
+    ),
+    Group(
+        "libero_env",
+        "The LIBERO envs: observations, reward, action chunks.",
+        (
+            "state_features",
+            "dense_reward",
+            "shaping_scale",
+            "chunk_size",
+            "horizon",
+            "cameras",
+            "image_size",
+            "env_id",
+        ),
+    ),
+    Group(
+        "ppo",
+        "PPO (Schulman et al. 2017) and the network.",
+        (
+            "total_timesteps",
+            "num_steps",
+            "learning_rate",
+            "anneal_lr",
+            "gamma",
+            "gae_lambda",
+            "num_minibatches",
+            "update_epochs",
+            "norm_adv",
+            "clip_coef",
+            "clip_vloss",
+            "ent_coef",
+            "vf_coef",
+            "max_grad_norm",
+            "target_kl",
+            "normalize_obs",
+            "normalize_reward",
+            "hidden_sizes",
+        ),
+    ),
+    Group(
+        "pipeline",
+        "Vector env and pipeline: envs, stages, workers, fault tolerance, decoupled mode, Ray.",
+        (
+            "num_envs",
+            "num_stages",
+            "envs_per_worker",
+            "tune_seconds",
+            "pipelined",
+            "stage_order",
+            "cpu_affinity",
+            "worker_nice",
+            "max_restarts",
+            "step_deadline",
+            "decoupled",
+            "num_actors",
+            "rollout_queue_size",
+            "max_wait",
+            "backend",
+            "ray_address",
+            "ray_num_cpus",
+        ),
+    ),
+    Group(
+        "run",
+        "Other limits, device, checkpoints, logging and profiling.",
+        (
+            "max_minutes",
+            "stop_return",
+            "device",
+            "torch_threads",
+            "checkpoint_every",
+            "resume",
+            "tensorboard",
+            "progress",
+            "profile",
+        ),
+    ),
+)
+"""The other boxes of ``--help``, in order."""
+
+HINTS = {
+    "suite": f"(default: libero_object; with an expert: {', '.join(EXPERT_SUITES)})",
+    "task_ids": "(default: every task of --suite)",
+    "demo_init_states": "(default: 0:2 with several tasks, 0:6 with --task-id)",
+    "train_init_states": "(default: 0:45 with several tasks, 0:30 with --task-id)",
+    "eval_init_states": "(default: 45:50 with several tasks, 5 per task; 30:50 with --task-id)",
+    "cameras": "(default: no camera)",
+    "init_log_std": "(default: -0.5; used only where --init-log-std-per-dim is empty, as "
+    "with --from-scratch)",
+    "run_name": "(default: suite, all tasks or taskN, mode, seed and process id, e.g. "
+    "libero_object_all_finetune__s1__4242)",
+}
+"""Flags whose "(default: ...)" says what the script does rather than the field's value."""
+
+HIDDEN = ("eval_episodes", "deadline", "init_checkpoint")
+"""Fields the script sets itself: the episode count (from --eval-init-states), the
+deadline (from --budget-minutes) and the warm start's checkpoint (the BC run's)."""
+
+
+def parse_args(args: list[str] | None = None) -> LiberoTrainConfig:
+    """The job's config from the command line (None: ``sys.argv[1:]``), ``--help`` grouped.
+
+    Raises:
+        SystemExit: on ``--help`` or a bad flag.
+    """
+    cli = grouped_class(LiberoTrainConfig, JOB_FLAGS, GROUPS, hints=HINTS, hidden=HIDDEN)
+    return parse_grouped(cli, args)
 
 
 def _make_libero_env(
@@ -270,6 +446,21 @@ def _obs_keys(config: LiberoTrainConfig) -> tuple[str, ...]:
     keys = {"goal": ("goal_features",), "full": ("state",), "both": ("goal_features", "state")}
     one_hot = (TASK_ONE_HOT_KEY,) if config.task_one_hot else ()
     return keys[config.state_features] + one_hot
+
+
+def _check_expert(config: LiberoTrainConfig, tasks: list[int]) -> None:
+    """Raise ValueError naming --suite if a task of the run has no scripted expert (the
+    demos need one; --from-scratch does not)."""
+    if config.from_scratch:
+        return
+    try:
+        for task in tasks:
+            expert_for(config.suite, task)
+    except ValueError as err:
+        raise ValueError(
+            f"--suite {config.suite}: the demos need a scripted expert ({err}); "
+            "--from-scratch needs none"
+        ) from None
 
 
 def _check_init_states(config: LiberoTrainConfig) -> None:
@@ -374,7 +565,8 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
 
     Raises:
         ValueError: for evaluation init states that a demo or training uses, both
-            --from-scratch and --bc-control, or --resume without --from-scratch.
+            --from-scratch and --bc-control, --resume without --from-scratch, or a
+            --suite without a scripted expert (all before any worker starts).
         FileNotFoundError: if --resume points at no checkpoint.
     """
     start = time.time()
@@ -389,6 +581,7 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
         )
     _check_init_states(config)
     tasks = config.tasks()
+    _check_expert(config, tasks)
     deadline = None if config.budget_minutes is None else start + 60 * config.budget_minutes
     if config.run_name is None:
         which = "all" if config.task_id is None else f"task{config.task_id}"
@@ -734,7 +927,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     # PyOpenGL logs "OpenGL_accelerate module loaded" at INFO when the video renderer starts
     logging.getLogger("OpenGL").setLevel(logging.WARNING)
-    config = tyro.cli(LiberoTrainConfig)
+    config = parse_args()
     if config.eval_video or config.cameras:
         # headless rendering; an explicit MUJOCO_GL (e.g. osmesa) wins
         os.environ.setdefault("MUJOCO_GL", "egl")

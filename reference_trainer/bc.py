@@ -161,12 +161,12 @@ def _stack(
 
 
 def _spaces(
-    obs: dict[str, np.ndarray], action_dim: int, chunk_size: int
+    observation_shapes: dict[str, list[int]], action_dim: int, chunk_size: int
 ) -> tuple[gym.spaces.Dict, gym.spaces.Box]:
     observation_space = gym.spaces.Dict(
         {
-            k: gym.spaces.Box(-np.inf, np.inf, shape=v.shape[1:], dtype=np.float32)
-            for k, v in obs.items()
+            k: gym.spaces.Box(-np.inf, np.inf, shape=tuple(shape), dtype=np.float32)
+            for k, shape in observation_shapes.items()
         }
     )
     shape = (chunk_size, action_dim) if chunk_size > 1 else (action_dim,)
@@ -222,31 +222,41 @@ def actor_state_dict(agent: ActorCritic) -> dict[str, torch.Tensor]:
     }
 
 
-def train_bc(config: BCConfig) -> BCResult:
-    """Clone the demos into a fresh PPO actor, save it, optionally evaluate it on LIBERO.
+@dataclass
+class _Split:
+    """Demos split into training and held-out episodes, stacked as tensors."""
 
-    Args:
-        config: The run configuration.
+    heldout_indices: list[int]
+    train_demos: int
+    heldout_demos: int
+    train_obs: dict[str, torch.Tensor]
+    train_y: torch.Tensor  # (N, K * action_dim)
+    val_obs: dict[str, torch.Tensor]
+    val_y: torch.Tensor
+    observation_shapes: dict[str, list[int]]
+    action_dim: int
 
-    Returns:
-        The checkpoint path, the metrics (held-out action error at the best epoch and a
-        mean-action baseline), the learning curve and the evaluation, if asked for.
 
-    Raises:
-        FileNotFoundError / ValueError: A missing or malformed demo file, missing
-            observation keys, or fewer than 2 demos (one must be held out).
-    """
-    from pipelined_vec_env.libero.demos import load_demos
+@dataclass
+class _Fit:
+    """The epoch loop's outcome: the best held-out error, its epoch and weights."""
 
+    heldout_mse: float
+    best_epoch: int
+    best_state: dict[str, Any]
+    epochs: int
+    curve: list[tuple[int, float, float]]
+
+
+def _check_config(config: BCConfig) -> None:
     if config.chunk_size < 1:
         raise ValueError(f"chunk_size: expected >= 1, got {config.chunk_size}")
     if not 0.0 < config.val_fraction < 1.0:
         raise ValueError(f"val_fraction: expected in (0, 1), got {config.val_fraction}")
-    start = time.perf_counter()
-    torch.set_num_threads(max(1, config.torch_threads))
-    torch.manual_seed(config.seed)
-    device = torch.device(config.device)
-    demo_set = load_demos(config.demos, obs_keys=config.obs_keys, max_demos=config.max_demos)
+
+
+def _split(demo_set: Any, config: BCConfig, device: torch.device) -> _Split:
+    """Hold out whole episodes (the last ones or drawn with the seed), stack both parts."""
     if len(demo_set) < 2:
         raise ValueError(
             f"{config.demos}: {len(demo_set)} demo(s); BC needs >= 2 (one is held out)"
@@ -260,11 +270,6 @@ def train_bc(config: BCConfig) -> BCResult:
     train_demos = [demo_set.demos[i] for i in sorted(order[n_val:])]
     train_obs_np, train_y_np = _stack(train_demos, config.obs_keys, config.chunk_size)
     val_obs_np, val_y_np = _stack(val_demos, config.obs_keys, config.chunk_size)
-    action_dim = int(train_y_np.shape[-1])
-    observation_space, action_space = _spaces(train_obs_np, action_dim, config.chunk_size)
-    agent = ActorCritic(observation_space, action_space, hidden_sizes=config.hidden_sizes).to(
-        device
-    )
 
     def tensors(
         obs: dict[str, np.ndarray], y: np.ndarray
@@ -275,12 +280,27 @@ def train_bc(config: BCConfig) -> BCResult:
 
     train_obs, train_y = tensors(train_obs_np, train_y_np)
     val_obs, val_y = tensors(val_obs_np, val_y_np)
-    fit_normalizer(agent, train_obs, config.min_std)
+    return _Split(
+        heldout_indices=[int(i) for i in sorted(order[:n_val])],
+        train_demos=len(train_demos),
+        heldout_demos=len(val_demos),
+        train_obs=train_obs,
+        train_y=train_y,
+        val_obs=val_obs,
+        val_y=val_y,
+        observation_shapes={k: list(v.shape[1:]) for k, v in train_obs_np.items()},
+        action_dim=int(train_y_np.shape[-1]),
+    )
+
+
+def _fit(agent: ActorCritic, split: _Split, config: BCConfig, start: float) -> _Fit:
+    """MSE epochs on the training demos until the held-out error stops improving for
+    ``patience`` epochs, ``max_epochs`` or ``max_minutes`` (since ``start``)."""
+    device = split.train_y.device
     params = list(agent.actor_mean.parameters()) + list(agent.actor_encoder.parameters())
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
     generator = torch.Generator().manual_seed(config.seed)
-    baseline = float(((val_y - train_y.mean(0)) ** 2).mean())
-
+    train_obs, train_y = split.train_obs, split.train_y
     best = (math.inf, 0, copy.deepcopy(agent.state_dict()))
     curve: list[tuple[int, float, float]] = []
     n = len(train_y)
@@ -296,7 +316,8 @@ def train_bc(config: BCConfig) -> BCResult:
             loss.backward()
             optimizer.step()
         agent.eval()
-        train_mse, val_mse = _mse(agent, train_obs, train_y), _mse(agent, val_obs, val_y)
+        train_mse = _mse(agent, train_obs, train_y)
+        val_mse = _mse(agent, split.val_obs, split.val_y)
         curve.append((epoch, train_mse, val_mse))
         if val_mse < best[0]:
             best = (val_mse, epoch, copy.deepcopy(agent.state_dict()))
@@ -307,25 +328,97 @@ def train_bc(config: BCConfig) -> BCResult:
             and time.perf_counter() - start >= 60 * config.max_minutes
         ):
             break
-    agent.load_state_dict(best[2])
-    agent.eval()
+    return _Fit(best[0], best[1], best[2], epoch, curve)
+
+
+def _metrics(
+    agent: ActorCritic, split: _Split, fit: _Fit, config: BCConfig, baseline: float, start: float
+) -> dict[str, Any]:
+    """`BCResult.metrics` of the agent at its best epoch."""
+    val_y = split.val_y
     with torch.no_grad():
-        pred = actor_mean(agent, val_obs).reshape(len(val_y), config.chunk_size, action_dim)
+        pred = actor_mean(agent, split.val_obs).reshape(
+            len(val_y), config.chunk_size, split.action_dim
+        )
     per_dim = ((pred - val_y.reshape(pred.shape)) ** 2).mean(dim=(0, 1)).sqrt()
-    metrics: dict[str, Any] = {
-        "train_mse": _mse(agent, train_obs, train_y),
-        "heldout_mse": best[0],
+    return {
+        "train_mse": _mse(agent, split.train_obs, split.train_y),
+        "heldout_mse": fit.heldout_mse,
         "heldout_mse_baseline": baseline,
         "heldout_rmse_per_dim": [float(v) for v in per_dim],
-        "best_epoch": best[1],
-        "epochs": epoch,
-        "train_demos": len(train_demos),
-        "heldout_demos": len(val_demos),
-        "heldout_demo_indices": [int(i) for i in sorted(order[:n_val])],
-        "train_samples": int(n),
+        "best_epoch": fit.best_epoch,
+        "epochs": fit.epochs,
+        "train_demos": split.train_demos,
+        "heldout_demos": split.heldout_demos,
+        "heldout_demo_indices": split.heldout_indices,
+        "train_samples": int(len(split.train_y)),
         "heldout_samples": int(len(val_y)),
         "wall_s": time.perf_counter() - start,
     }
+
+
+def _evaluate_bc(
+    agent: ActorCritic, demo_set: Any, config: BCConfig, device: torch.device
+) -> dict[str, Any]:
+    """The cloned policy on --eval-init-states of the task the demo file names."""
+    from pipelined_vec_env.libero.collect import parse_init_states
+
+    env_kwargs = demo_set.attrs.get("env_args", {}).get("env_kwargs", {})
+    if "suite" not in env_kwargs or "task_id" not in env_kwargs:
+        raise ValueError(
+            f"{config.demos}: data/env_args names no LIBERO suite and task to evaluate on"
+        )
+    return evaluate_on_libero(
+        agent,
+        env_kwargs["suite"],
+        int(env_kwargs["task_id"]),
+        parse_init_states(config.eval_init_states),
+        obs_keys=config.obs_keys,
+        chunk_size=config.chunk_size,
+        num_envs=config.eval_num_envs,
+        device=device,
+    )
+
+
+def train_bc(config: BCConfig) -> BCResult:
+    """Clone the demos into a fresh PPO actor, save it, optionally evaluate it on LIBERO.
+
+    Steps: load and split the demos (whole episodes held out), fit the observation
+    normaliser, MSE epochs with early stopping on the held-out error, keep the best
+    epoch, save the checkpoint, evaluate.
+
+    Args:
+        config: The run configuration.
+
+    Returns:
+        The checkpoint path, the metrics (held-out action error at the best epoch and a
+        mean-action baseline), the learning curve and the evaluation, if asked for.
+
+    Raises:
+        FileNotFoundError / ValueError: A missing or malformed demo file, missing
+            observation keys, or fewer than 2 demos (one must be held out).
+    """
+    from pipelined_vec_env.libero.demos import load_demos
+
+    _check_config(config)
+    start = time.perf_counter()
+    torch.set_num_threads(max(1, config.torch_threads))
+    torch.manual_seed(config.seed)
+    device = torch.device(config.device)
+    demo_set = load_demos(config.demos, obs_keys=config.obs_keys, max_demos=config.max_demos)
+    split = _split(demo_set, config, device)
+    observation_space, action_space = _spaces(
+        split.observation_shapes, split.action_dim, config.chunk_size
+    )
+    agent = ActorCritic(observation_space, action_space, hidden_sizes=config.hidden_sizes).to(
+        device
+    )
+    fit_normalizer(agent, split.train_obs, config.min_std)
+    baseline = float(((split.val_y - split.train_y.mean(0)) ** 2).mean())
+    fit = _fit(agent, split, config, start)
+    agent.load_state_dict(fit.best_state)
+    agent.eval()
+    metrics = _metrics(agent, split, fit, config, baseline, start)
     output = Path(config.output)
     save_checkpoint(
         output,
@@ -334,7 +427,7 @@ def train_bc(config: BCConfig) -> BCResult:
             "version": 1,
             "actor": actor_state_dict(agent),
             "obs_keys": list(config.obs_keys),
-            "observation_shapes": {k: list(v.shape[1:]) for k, v in train_obs_np.items()},
+            "observation_shapes": split.observation_shapes,
             "action_shape": list(action_space.shape),
             "chunk_size": config.chunk_size,
             "hidden_sizes": list(config.hidden_sizes),
@@ -345,31 +438,15 @@ def train_bc(config: BCConfig) -> BCResult:
     )
     logger.info(
         "BC: held-out action MSE %.4f (mean-action baseline %.4f) at epoch %d of %d, %.1f s",
-        best[0],
+        fit.heldout_mse,
         baseline,
-        best[1],
-        epoch,
+        fit.best_epoch,
+        fit.epochs,
         metrics["wall_s"],
     )
-    result = BCResult(checkpoint=str(output), metrics=metrics, curve=curve)
+    result = BCResult(checkpoint=str(output), metrics=metrics, curve=fit.curve)
     if config.eval_init_states:
-        from pipelined_vec_env.libero.collect import parse_init_states
-
-        env_kwargs = demo_set.attrs.get("env_args", {}).get("env_kwargs", {})
-        if "suite" not in env_kwargs or "task_id" not in env_kwargs:
-            raise ValueError(
-                f"{config.demos}: data/env_args names no LIBERO suite and task to evaluate on"
-            )
-        result.eval = evaluate_on_libero(
-            agent,
-            env_kwargs["suite"],
-            int(env_kwargs["task_id"]),
-            parse_init_states(config.eval_init_states),
-            obs_keys=config.obs_keys,
-            chunk_size=config.chunk_size,
-            num_envs=config.eval_num_envs,
-            device=device,
-        )
+        result.eval = _evaluate_bc(agent, demo_set, config, device)
     return result
 
 

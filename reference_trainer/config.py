@@ -53,7 +53,7 @@ class TrainConfig:
     (restarted within --max-restarts); None: no deadline."""
     backend: Literal["multiprocessing", "ray"] = "multiprocessing"
     """Env workers as subprocesses of the trainer, or as Ray actors on a Ray cluster
-    (needs the ``ray`` extra; see docs/ray.md). The policy stays in the trainer process."""
+    (needs the ray extra; see docs/ray.md). The policy stays in the trainer process."""
     ray_address: str | None = None
     """With backend="ray": Ray cluster address ("auto", "ray://head:10001"); None: the
     RAY_ADDRESS variable, else a new local Ray instance."""
@@ -137,7 +137,7 @@ class TrainConfig:
     self_imitation_steps: int = 0
     """Self-imitation (Oh et al. 2018): after each PPO update (past the value warm-up), this
     many gradient steps regress the actor's mean onto the actions of its own successful
-    training episodes (success: ``info["is_success"]``, the task's sparse signal); 0: off. No expert is involved."""
+    training episodes (success: info["is_success"], the task's sparse signal); 0: off. No expert is involved."""
     self_imitation_lr: float = 1e-4
     """Adam learning rate of the self-imitation steps (the actor's mean only)."""
     self_imitation_batch_size: int = 256
@@ -192,13 +192,13 @@ class TrainConfig:
     tensorboard: bool = True
     """Write TensorBoard scalars to the run directory."""
     progress: bool = True
-    """Show a tqdm progress bar: of env steps, or, when --max-minutes or --deadline ends
-    the run, of the seconds of its time budget (env steps then as steps=); it ends full
-    at the seconds the run took. Its fields, from the last rollout: ret (mean return of
-    the training episodes that ended in it), succ (their success rate: the exploring
-    policy on training init states, not the evaluation), sps (env steps per second of
-    rollout wall time), bubble (fraction of that time the policy sat idle). During an
-    evaluation it shows how many of the evaluation's episodes are done."""
+    """Show a tqdm progress bar. A run that ends on the clock (--max-minutes, --deadline, a
+    script's time budget) counts seconds of that budget, with the env steps beside it as
+    steps=; any other run counts env steps. It ends full. Its fields, from the last
+    rollout: ret (mean return of the training episodes that ended in it), succ (their
+    success rate: the exploring policy on training init states, not the evaluation), sps
+    (env steps per second of rollout wall time), bubble (fraction of that time the policy
+    sat idle); during an evaluation, how many of its episodes are done."""
     profile: bool = False
     """Profile the rollouts (updates and evaluations left out): write trace.json (Perfetto /
     chrome://tracing), timeline.png and profile.json (the summary) into the run directory

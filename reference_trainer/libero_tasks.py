@@ -26,7 +26,9 @@ __all__ = [
     "TaskInitStates",
     "TaskOneHot",
     "add_task_one_hot",
+    "EXPERT_SUITES",
     "collect_suite_demos",
+    "expert_for",
     "one_hot",
     "per_task_success",
 ]
@@ -35,6 +37,51 @@ logger = logging.getLogger(__name__)
 
 TASK_ONE_HOT_KEY = "task_one_hot"
 """Observation key of the task one-hot (float32 ``(T,)``) that `TaskOneHot` adds."""
+
+EXPERT_SUITES = ("libero_object",)
+"""Suites with a scripted expert for every task (`expert_for`)."""
+
+
+def expert_for(suite: str, task_id: int) -> Any:
+    """The scripted expert of one task: the trainer's one call into the package's experts.
+
+    Args:
+        suite: the LIBERO suite.
+        task_id: the task's index in the suite.
+
+    Returns:
+        An expert whose ``act(obs)`` maps a batch of observations (a dict with
+        ``"goal_features"`` ``(n, 23)``) to actions ``(n, 7)`` float in [-1, 1].
+
+    Raises:
+        ValueError: for a suite without a scripted expert (the message names those with one).
+    """
+    if suite not in EXPERT_SUITES:
+        raise ValueError(
+            f"no scripted expert for {suite} task {task_id}: suites with one: "
+            f"{', '.join(EXPERT_SUITES)}"
+        )
+    from pipelined_vec_env.libero.expert import PickPlaceExpert
+
+    return PickPlaceExpert()
+
+
+def _expert_actions(experts: Sequence[Any], obs: dict[str, np.ndarray]) -> np.ndarray:
+    """Env ``i``'s action from ``experts[i]``; one call for envs that share an expert."""
+    groups: list[tuple[Any, list[int]]] = []
+    for i, expert in enumerate(experts):
+        for known, rows in groups:
+            if known == expert:
+                rows.append(i)
+                break
+        else:
+            groups.append((expert, [i]))
+    if len(groups) == 1:
+        return np.asarray(groups[0][0].act(obs))
+    actions = np.zeros((len(experts), 7), np.float32)
+    for expert, rows in groups:
+        actions[rows] = expert.act({k: v[rows] for k, v in obs.items()})
+    return actions
 
 
 class TaskInitStates(gym.Wrapper):
@@ -195,14 +242,15 @@ def collect_suite_demos(
         ``successes`` and ``successes_per_task``.
 
     Raises:
-        ValueError: for empty or repeated tasks or init states, or a negative noise.
+        ValueError: for empty or repeated tasks or init states, a negative noise, or a
+            suite without a scripted expert (`expert_for`), before any worker starts.
     """
     from pipelined_vec_env import PipelinedVectorEnv
     from pipelined_vec_env.libero import suites
     from pipelined_vec_env.libero.demos import Demo, DemoSet
-    from pipelined_vec_env.libero.expert import PickPlaceExpert
 
     tasks, ids = _check_demo_arguments(tasks, init_state_ids, noise_std)
+    experts = [expert_for(suite, t) for t in tasks]
     n = len(tasks)
     stages = max(1, min(num_workers, n))
     envs = PipelinedVectorEnv(
@@ -211,7 +259,7 @@ def collect_suite_demos(
         envs_per_worker=math.ceil(n / stages),
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
-    expert, rng = PickPlaceExpert(), np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)
     start = time.perf_counter()
     done: dict[tuple[int, int], Any] = {}
     episode, attempts = [0] * n, 0
@@ -219,7 +267,7 @@ def collect_suite_demos(
     try:
         obs, _ = envs.reset()
         while min(episode) < len(ids):
-            labels = expert.act(obs)
+            labels = _expert_actions(experts, obs)
             executed = labels.copy()
             if noise_std > 0:
                 executed[:, :3] += rng.normal(0.0, noise_std, size=(n, 3))
@@ -273,7 +321,7 @@ def collect_suite_demos(
             "language_instructions": [suites.get_task(suite, t).language for t in tasks],
         },
         "collection": {
-            "expert": type(expert).__name__,
+            "expert": ", ".join(sorted({type(e).__name__ for e in experts})),
             "noise_std": float(noise_std),
             "seed": int(seed),
             "init_state_ids": list(ids),

@@ -21,7 +21,6 @@ MAX_CLASS_LINES = 500
 # out): an entry may only shrink, and goes when its function or class is back under the limit
 LONG_FUNCTIONS = {
     "pipelined_vec_env.libero.collect.collect_demos": 141,
-    "reference_trainer.bc.train_bc": 136,
 }
 LONG_CLASSES: dict[str, int] = {}
 

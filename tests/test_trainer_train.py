@@ -254,35 +254,94 @@ def test_train_mujoco_example_tiny(tmp_path):
     assert summary["global_step"] == 64
 
 
-def test_train_libero_help_explains_both_recipes():
+def _help_entries(text: str) -> tuple[list[str], dict[str, str]]:
+    """Box titles in order, and each flag's help (its lines joined, box borders off)."""
+    titles = re.findall(r"╭─ (\S+) options", text)
+    entries: dict[str, str] = {}
+    flag = None
+    for line in text.splitlines():
+        body = line.strip("│╭╰─ ")
+        start = re.match(r"│ (--[a-z0-9-]+)", line)
+        if start:
+            flag = start.group(1)
+            entries[flag] = body
+        elif flag and line.startswith("│ ") and not line.startswith("│ ─"):
+            entries[flag] += " " + body.strip()
+        elif not line.startswith("│"):
+            flag = None
+    return titles, {k: " ".join(v.split()) for k, v in entries.items()}
+
+
+def test_train_libero_help_leads_with_the_jobs_flags_and_states_true_defaults():
+    """--help: the job's own flags first, then one box per group; every default shown is
+    what this script does; no reStructuredText markup; no flag the script overrides."""
     result = _run_script(["examples/train_libero.py", "--help"], timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    text = " ".join(result.stdout.split())
-    assert "demos -> BC -> evaluate -> PPO fine-tuning -> evaluate" in text
-    for flag in (
-        "--from-scratch",
-        "--bc-control",
-        "--budget-minutes",
-        "--demo-init-states",
-        "--eval-init-states",
-        "--value-warmup-iterations",
-        "--kl-coef",
-        "--init-log-std-per-dim",
-        "--self-imitation-steps",
-        "--num-stages INT|auto",
-    ):
-        assert flag in text, flag
+    text = result.stdout
+    assert "demos -> BC -> evaluate -> PPO fine-tuning -> evaluate" in " ".join(text.split())
+    titles, entries = _help_entries(text)
+    assert titles == [
+        "init-states",
+        "demos-and-bc",
+        "fine-tuning",
+        "evaluation",
+        "libero-env",
+        "ppo",
+        "pipeline",
+        "run",
+    ]
+    flags = list(entries)
+    job = ["--suite", "--task-id", "--budget-minutes", "--from-scratch", "--bc-control", "--seed"]
+    assert [f for f in flags if f in job] == job
+    assert flags.index("--seed") < flags.index("--demo-init-states") < flags.index("--kl-coef")
+    assert text.index("--seed INT") < text.index("╭─ init-states options")
+    for flag in ("--eval-episodes", "--deadline", "--init-checkpoint"):
+        assert flag not in entries, flag  # the script sets them itself
+    assert "``" not in text
+    for flag, help_text in entries.items():
+        assert help_text.count("(default:") == 1, (flag, help_text)
+        assert "(default: )" not in help_text, flag
+    assert "(default: 45:50 with several tasks" in entries["--eval-init-states"]
+    assert "--budget-minutes" in entries["--total-timesteps"]
+    assert "process id" in entries["--run-name"] and "timestamp" not in entries["--run-name"]
+    assert "(default: no camera)" in entries["--cameras"]
+    assert "--num-stages INT|auto" in text
+
+
+def test_train_libero_flags_parse_to_the_flat_config_with_unchanged_defaults():
+    module = load_script("examples/train_libero.py", "train_libero")
+    assert module.parse_args([]) == module.LiberoTrainConfig()
+    config = module.parse_args(["--seed", "3", "--kl-coef", "0.5", "--num-envs", "4"])
+    assert (config.seed, config.kl_coef, config.num_envs) == (3, 0.5, 4)
+    with pytest.raises(SystemExit):
+        module.parse_args(["--eval-episodes", "7"])  # set from --eval-init-states
+
+
+def test_grouped_cli_refuses_a_field_in_no_group():
+    from reference_trainer.cli import Group, grouped_class
+
+    @dataclasses.dataclass
+    class Flat:
+        a: int = 1
+        """A."""
+        b: int = 2
+
+    with pytest.raises(ValueError, match=r"fields in no group \['b'\]"):
+        grouped_class(Flat, ("a",), ())
+    cli = grouped_class(Flat, ("a",), (Group("more", "More.", ("b",)),))
+    from reference_trainer.cli import parse_grouped
+
+    assert parse_grouped(cli, ["--b", "5"]) == Flat(a=1, b=5)
 
 
 def test_train_libero_takes_num_stages_auto():
     """The main job's --num-stages takes "auto" (tune picks the training layout); the
     demos and a checkpoint's evaluation then use 2 stages."""
-    import tyro
 
     module = load_script("examples/train_libero.py", "train_libero")
-    config = tyro.cli(module.LiberoTrainConfig, args=["--num-stages", "auto"])
+    config = module.parse_args(["--num-stages", "auto"])
     assert config.num_stages == "auto" and module._fixed_stages(config) == 2
-    assert module._fixed_stages(tyro.cli(module.LiberoTrainConfig, args=["--num-stages", "3"])) == 3
+    assert module._fixed_stages(module.parse_args(["--num-stages", "3"])) == 3
 
 
 _needs_libero = pytest.mark.skipif(
@@ -400,11 +459,33 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert "task 1: " in result.stdout
 
 
+@_needs_libero
+def test_train_libero_refuses_a_suite_without_an_expert_before_any_worker(tmp_path, monkeypatch):
+    from pipelined_vec_env import PipelinedVectorEnv
+    from reference_trainer.libero_tasks import EXPERT_SUITES, expert_for
+
+    module = load_script("examples/train_libero.py", "train_libero")
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a vector env was built")
+
+    monkeypatch.setattr(PipelinedVectorEnv, "__init__", no_worker)
+    config = module.parse_args(["--suite", "libero_spatial", "--run-dir", str(tmp_path)])
+    with pytest.raises(
+        ValueError, match=r"--suite libero_spatial: .*suites with one: libero_object"
+    ):
+        module.run(config)
+    assert not any(tmp_path.iterdir())
+    assert "libero_object" in EXPERT_SUITES
+    assert type(expert_for("libero_object", 3)).__name__ == "PickPlaceExpert"
+    with pytest.raises(ValueError, match="no scripted expert for libero_10 task 0"):
+        expert_for("libero_10", 0)
+
+
 def test_libero_training_resets_never_draw_an_evaluation_init_state():
     """Training resets of a task-pinned env draw only its training init states and go
     back to its task after an evaluation episode on another; evaluation episode j plays
     task j % T from the j // T-th evaluation init state."""
-    import tyro
 
     from reference_trainer.libero_tasks import TaskInitStates
 
@@ -431,16 +512,14 @@ def test_libero_training_resets_never_draw_an_evaluation_init_state():
     assert {o["init_state_id"] for o in training} <= set(range(45))
 
     module = load_script("examples/train_libero.py", "train_libero")
-    config = tyro.cli(module.LiberoTrainConfig, args=["--task-ids", "0", "1", "2"])
+    config = module.parse_args(["--task-ids", "0", "1", "2"])
     factory = module.LiberoEnvFactory(config, (0, 1, 2))
     options = [factory.eval_reset_options(j) for j in range(15)]
     assert [o["task_id"] for o in options[:4]] == [0, 1, 2, 0]
     assert [o["init_state_id"] for o in options[::3]] == [45, 46, 47, 48, 49]
     assert not {o["init_state_id"] for o in options} & set(config.init_states("train"))
     with pytest.raises(ValueError, match="--train-init-states and --eval-init-states share"):
-        module._check_init_states(
-            tyro.cli(module.LiberoTrainConfig, args=["--train-init-states", "0:46"])
-        )
+        module._check_init_states(module.parse_args(["--train-init-states", "0:46"]))
 
 
 @_needs_libero
@@ -473,14 +552,10 @@ def test_train_libero_resume_needs_from_scratch(tmp_path):
     """--resume of a fine-tuning run would collect demos and clone them into the resumed
     run's directory, then stop (--init-checkpoint and --resume are exclusive): it stops
     before, with a clear error."""
-    import tyro
 
     module = load_script("examples/train_libero.py", "train_libero")
     (tmp_path / "old").mkdir()
-    config = tyro.cli(
-        module.LiberoTrainConfig,
-        args=["--resume", str(tmp_path / "old"), "--run-dir", str(tmp_path)],
-    )
+    config = module.parse_args(["--resume", str(tmp_path / "old"), "--run-dir", str(tmp_path)])
     with pytest.raises(ValueError, match="--resume continues a --from-scratch run only"):
         module.run(config)
     assert [p.name for p in tmp_path.iterdir()] == ["old"] and not any((tmp_path / "old").iterdir())
