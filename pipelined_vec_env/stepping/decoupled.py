@@ -29,7 +29,7 @@ from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
 from ..workers.protocol import Answer, Command, Crashed, Ok
-from ..workers.slots import SlotRead
+from ..workers.slots import ColumnInfos, SlotRead
 from ..workers.waiting import deadline_after, remaining
 
 __all__ = ["DecoupledState"]
@@ -54,8 +54,9 @@ class DecoupledState:
     Attributes:
         in_flight: Global ids of envs with a command in flight.
         received: Ids returned by ``recv`` and not yet sent actions.
-        ready: Results that arrived but were not returned by ``recv`` yet:
-            ``(env_id, obs_item or None, reward, terminated, truncated, infos)``.
+        ready: Results that arrived but were not returned by ``recv`` yet, one
+            `ReadyResults` per answer (or per env for a restart's results).
+        ready_count: How many envs ``ready`` holds.
         restarted: Envs whose worker was rebuilt while they were not in flight (their
             result was received or ready): env id -> ``(fresh obs item, infos)``. Their
             next ``send`` does not reach the worker; it yields the truncated result that
@@ -69,12 +70,15 @@ class DecoupledState:
         self.active = False
         self.in_flight: set[int] = set()
         self.received: set[int] = set()
-        self.ready: deque[tuple[int, Any, float, bool, bool, list[dict]]] = deque()
+        self.ready: deque[ReadyResults] = deque()
+        self.ready_count = 0
         self.restarted: dict[int, tuple[Any, list[dict]]] = {}
         # the workers decoupled stepping sent commands to (stage calls use the others)
         self._workers: dict[int, Any] = {}
         # answers `wait` took from the pool, filed by the next `recv`
         self._polled: list[tuple[Any, InFlight]] = []
+        # global env id -> its worker (made at the first send: the pool's handles by then)
+        self._owner: list[Any] = []
 
     # ------------------------------------------------------------------ checks
 
@@ -89,7 +93,8 @@ class DecoupledState:
         """
         if not self.active:
             return
-        pending = (self.in_flight | {r[0] for r in self.ready}) & set(range(envs.start, envs.stop))
+        ready_ids = {g for r in self.ready for g in r.ids}
+        pending = (self.in_flight | ready_ids) & set(range(envs.start, envs.stop))
         held = self.received & set(range(envs.start, envs.stop))
         if pending or (held and op != "reset"):
             ids = sorted(pending | (held if op != "reset" else set()))
@@ -171,35 +176,63 @@ class DecoupledState:
         ids = np.asarray(env_ids).reshape(-1)
         if ids.dtype.kind not in "iu":
             raise ValueError(f"env_ids: expected integer env ids, got dtype {ids.dtype}")
-        id_list = [int(i) for i in ids]
+        id_list: list[int] = ids.tolist()
         if len(set(id_list)) != len(id_list):
             raise ValueError(f"env_ids: duplicate ids in {id_list}")
-        unknown = [i for i in id_list if i not in self.received]
-        if unknown:
+        if not self.received.issuperset(id_list):
+            unknown = [i for i in id_list if i not in self.received]
             raise ValueError(
                 f"env_ids: envs {unknown} were not received by recv, or already have actions"
             )
         batch = check_actions(env.single_action_space, to_numpy(actions), len(id_list))
-        space = env.single_action_space
-        by_worker: dict[Any, list[int]] = {}
-        for pos, g in enumerate(id_list):
-            if g in self.restarted:  # its simulator is gone: this step ends the episode
-                self._end_restarted_episode(g, self.restarted.pop(g))
-                continue
-            by_worker.setdefault(self.pool.worker_of(g), []).append(pos)
-        for w, positions in by_worker.items():
-            rows = _take(space, batch, positions)
-            locals_ = [id_list[p] - w.env_indices[0] for p in positions]
-            self._send(w, Command.STEP, (locals_, rows), [id_list[p] for p in positions])
+        sent: list[int] = []
+        for w, positions in self._by_worker(id_list):
+            self._send_step(w, batch, positions, id_list)
+            sent.extend(id_list[p] for p in positions)
         self.received.difference_update(id_list)
-        self.in_flight.update(id_list[p] for positions in by_worker.values() for p in positions)
+        self.in_flight.update(sent)
+
+    def _by_worker(self, id_list: list[int]) -> list[tuple[Any, list[int]]]:
+        """The positions in ``id_list`` of each worker's envs (ids in runs of one worker
+        keep their order); envs whose worker was rebuilt get their truncated result
+        instead (`_end_restarted_episode`)."""
+        if not self._owner:
+            self._owner = [w for w in self.pool.handles for _ in w.env_indices]
+        owner, restarted = self._owner, self.restarted
+        groups: dict[int, tuple[Any, list[int]]] = {}
+        for pos, g in enumerate(id_list):
+            if restarted and g in restarted:  # its simulator is gone: this step ends it
+                self._end_restarted_episode(g, restarted.pop(g))
+                continue
+            w = owner[g]
+            group = groups.get(w.index)
+            if group is None:
+                groups[w.index] = (w, [pos])
+            else:
+                group[1].append(pos)
+        return list(groups.values())
+
+    def _send_step(self, w: Any, batch: Any, positions: list[int], id_list: list[int]) -> None:
+        """Send worker ``w`` the step of the envs ``id_list[p]`` for ``p`` in ``positions``
+        (their actions: those rows of ``batch``)."""
+        first, count = positions[0], len(positions)
+        if positions[-1] - first + 1 == count and type(batch) is np.ndarray:
+            rows = batch[first : first + count].copy()  # a run of rows: one slice
+        else:
+            rows = _take(self.env.single_action_space, batch, positions)
+        ids = [id_list[p] for p in positions]
+        base = w.env_indices[0]
+        locals_: list[int] | None = [g - base for g in ids]
+        if count == len(w.env_indices) and locals_ == list(range(count)):
+            locals_ = None  # every env of the worker in order, as a whole-env step
+        self._send(w, Command.STEP, (locals_, rows), ids)
 
     def recv(self, batch_size: int | None, timeout: float | None):
         env = self.env
         if not self.active:
             raise NoAsyncCallError("recv without a prior async_reset", "recv")
         want = 1 if batch_size is None else int(batch_size)
-        available = len(self.in_flight) + len(self.ready)
+        available = len(self.in_flight) + self.ready_count
         if want < 1 or want > available:
             raise ValueError(
                 f"batch_size: expected None or an int in [1, {available}] (envs in flight or "
@@ -208,10 +241,10 @@ class DecoupledState:
         deadline = deadline_after(timeout)
         t0 = time.monotonic_ns()
         self._collect(0.0)
-        while len(self.ready) < want:
+        while self.ready_count < want:
             if not self._collect(remaining(deadline)):
                 raise WaitTimeoutError(
-                    f"recv: {len(self.ready)} of {want} env results arrived within {timeout} s; "
+                    f"recv: {self.ready_count} of {want} env results arrived within {timeout} s; "
                     "they stay queued for the next recv"
                 )
         if env.profiler.enabled:
@@ -295,7 +328,7 @@ class DecoupledState:
         store = self.observations
         mine = set(w.env_indices)
         # results already here keep their observations: the fresh reset overwrites the rows
-        kept = {e[0]: store.single(e[0]) for e in self.ready if store.shared and e[0] in mine}
+        kept = {g: store.single(g) for r in self.ready if store.shared for g in r.ids if g in mine}
         answer = self.pool.rebuild([(w, failure, "step")])[w.index]
         if not answer.ok:
             env.stages[w.stage].fail(w, describe_failure(w, answer))
@@ -311,7 +344,7 @@ class DecoupledState:
                 # the simulator's last observation is lost: the fresh one stands in
                 infos = [{"final_obs": obs, "final_info": {"worker_restarted": True}}, *infos]
             if g in lost:
-                self.ready.append((g, None if store.shared else obs, 0.0, False, True, infos))
+                self._append_one(g, None if store.shared else obs, infos)
             else:
                 self.restarted[g] = (obs, infos)
         for g, obs in kept.items():
@@ -324,57 +357,99 @@ class DecoupledState:
         if self.observations.shared:
             self.observations.write(g, obs)
             obs = None
-        self.ready.append((g, obs, 0.0, False, True, infos))
+        self._append_one(g, obs, infos)
+
+    def _append_one(self, g: int, obs: Any, infos: list[dict]) -> None:
+        """Queue env ``g``'s truncated result (reward 0) with ``obs`` (None: in the store)."""
+        self.ready.append(
+            ReadyResults([g], None if obs is None else [obs], _ZERO, _FALSE, _TRUE, [infos])
+        )
+        self.ready_count += 1
 
     def _unpack(self, ids: list[int], payload: tuple) -> None:
+        """Queue one answer's results (a reset's ``(items, infos)`` or a step's
+        ``(items, rewards, terminations, truncations, infos)``) for the envs ``ids``."""
+        n = len(ids)
         if len(payload) == 2:  # reset answer: (items, infos)
             items, infos = payload
-            for k, g in enumerate(ids):
-                self.ready.append(
-                    (g, None if items is None else items[k], 0.0, False, False, infos[k])
-                )
-            return
-        items, rewards, terms, truncs, infos = payload
-        for k, g in enumerate(ids):
-            self.ready.append(
-                (
-                    g,
-                    None if items is None else items[k],
-                    float(rewards[k]),
-                    bool(terms[k]),
-                    bool(truncs[k]),
-                    infos[k],
-                )
-            )
+            rewards, terms, truncs = np.zeros(n), np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+        else:
+            items, rewards, terms, truncs, infos = payload
+        self.ready.append(ReadyResults(ids, items, rewards, terms, truncs, infos))
+        self.ready_count += n
 
     def _pop_all(self):
         env = self.env
         store = self.observations
-        entries = list(self.ready)
+        chunks = list(self.ready)
         self.ready.clear()
-        ids = np.array([e[0] for e in entries], dtype=np.int64)
+        n, self.ready_count = self.ready_count, 0
+        ids = np.array([g for c in chunks for g in c.ids], dtype=np.int64)
         space = env.single_observation_space
         if store.shared:
             obs = store.rows(ids)
         else:
-            for e in entries:
-                store.keep(e[0], e[1])
-            obs = concatenate(
-                space,
-                [e[1] for e in entries],
-                create_empty_array(space, n=len(entries), fn=np.zeros),
-            )
-        rewards = np.array([e[2] for e in entries], dtype=np.float64)
-        terminations = np.array([e[3] for e in entries], dtype=np.bool_)
-        truncations = np.array([e[4] for e in entries], dtype=np.bool_)
+            items = [item for c in chunks for item in c.items]
+            for g, item in zip(ids.tolist(), items, strict=True):
+                store.keep(g, item)
+            obs = concatenate(space, items, create_empty_array(space, n=n, fn=np.zeros))
+        rewards = _joined([c.rewards for c in chunks], np.float64)
+        terminations = _joined([c.terminations for c in chunks], np.bool_)
+        truncations = _joined([c.truncations for c in chunks], np.bool_)
         infos: dict[str, Any] = {}
-        for k, e in enumerate(entries):
-            for info in e[5]:
-                infos = merge_info(infos, info, k, len(entries))
+        lo = 0
+        for c in chunks:
+            if type(c.infos) is ColumnInfos:  # one slice assignment per key
+                infos = c.infos.merge_into(infos, lo, n)
+            else:
+                for k, env_infos in enumerate(c.infos):
+                    for info in env_infos:
+                        infos = merge_info(infos, info, lo + k, n)
+            lo += len(c.ids)
         infos["env_id"] = ids
-        infos["_env_id"] = np.ones(len(entries), dtype=np.bool_)
-        self.received.update(int(i) for i in ids)
+        infos["_env_id"] = np.ones(n, dtype=np.bool_)
+        self.received.update(ids.tolist())
         return obs, rewards, terminations, truncations, infos
+
+
+class ReadyResults:
+    """The results of some envs that arrived and were not returned by ``recv`` yet (one
+    answer's, as the worker sent them).
+
+    Attributes:
+        ids: Global env ids, in the answer's order.
+        items: One observation item per env, or None (they are in the shared store).
+        rewards: ``(len(ids),)`` rewards (float64 once joined).
+        terminations: ``(len(ids),)`` termination flags.
+        truncations: ``(len(ids),)`` truncation flags.
+        infos: Per env its list of info dicts (a `ColumnInfos` for a fast step answer).
+    """
+
+    __slots__ = ("ids", "infos", "items", "rewards", "terminations", "truncations")
+
+    def __init__(
+        self,
+        ids: list[int],
+        items: Sequence[Any] | None,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        infos: Any,
+    ) -> None:
+        self.ids, self.items, self.infos = ids, items, infos
+        self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
+
+
+_ZERO = np.zeros(1)
+_FALSE = np.zeros(1, dtype=np.bool_)
+_TRUE = np.ones(1, dtype=np.bool_)
+
+
+def _joined(parts: list[Any], dtype: Any) -> np.ndarray:
+    """``parts`` (arrays or sequences) joined end to end into one new array of ``dtype``."""
+    if len(parts) == 1:
+        return np.array(parts[0], dtype=dtype)  # a copy: the part may be a kept array
+    return np.concatenate([np.asarray(p) for p in parts]).astype(dtype, copy=False)
 
 
 def _take(space: Any, batch: Any, positions: list[int]) -> Any:
