@@ -29,7 +29,7 @@ from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
 from ..workers.protocol import Answer, Command, Crashed, Ok
-from ..workers.slots import ColumnInfos, SlotRead
+from ..workers.slots import ColumnInfos, SlotRead, join_column_infos
 from ..workers.waiting import deadline_after, remaining
 
 __all__ = ["DecoupledState"]
@@ -396,16 +396,7 @@ class DecoupledState:
         rewards = _joined([c.rewards for c in chunks], np.float64)
         terminations = _joined([c.terminations for c in chunks], np.bool_)
         truncations = _joined([c.truncations for c in chunks], np.bool_)
-        infos: dict[str, Any] = {}
-        lo = 0
-        for c in chunks:
-            if type(c.infos) is ColumnInfos:  # one slice assignment per key
-                infos = c.infos.merge_into(infos, lo, n)
-            else:
-                for k, env_infos in enumerate(c.infos):
-                    for info in env_infos:
-                        infos = merge_info(infos, info, lo + k, n)
-            lo += len(c.ids)
+        infos = _joined_infos(chunks, n)
         infos["env_id"] = ids
         infos["_env_id"] = np.ones(n, dtype=np.bool_)
         self.received.update(ids.tolist())
@@ -443,6 +434,25 @@ class ReadyResults:
 _ZERO = np.zeros(1)
 _FALSE = np.zeros(1, dtype=np.bool_)
 _TRUE = np.ones(1, dtype=np.bool_)
+
+
+def _joined_infos(chunks: list[ReadyResults], n: int) -> dict[str, Any]:
+    """gymnasium's batched infos of the ``n`` envs of ``chunks``, end to end."""
+    if all(type(c.infos) is ColumnInfos for c in chunks):
+        joined = join_column_infos([c.infos for c in chunks])
+        if joined is not None:  # one layout of one cell kind: one copy per key
+            return joined
+    infos: dict[str, Any] = {}
+    lo = 0
+    for c in chunks:
+        if type(c.infos) is ColumnInfos:  # one slice assignment per key
+            infos = c.infos.merge_into(infos, lo, n)
+        else:
+            for k, env_infos in enumerate(c.infos):
+                for info in env_infos:
+                    infos = merge_info(infos, info, lo + k, n)
+        lo += len(c.ids)
+    return infos
 
 
 def _joined(parts: list[Any], dtype: Any) -> np.ndarray:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,7 @@ __all__ = [
     "InfoLayout",
     "SlotRead",
     "StepSlot",
+    "join_column_infos",
     "read_step",
     "recv_frame",
     "send_short",
@@ -457,6 +459,25 @@ def read_step(
     for r in reads:
         r.used = True
     return rewards, terminations, truncations, infos
+
+
+def join_column_infos(parts: Sequence[ColumnInfos]) -> dict[str, Any] | None:
+    """gymnasium's batched infos of the envs of ``parts`` (answers' `ColumnInfos`, their
+    envs end to end), as `read_step` makes them: one copy per key. None (nothing made)
+    unless every part's infos are empty, or every part holds one block of cells under one
+    layout of one cell kind; merge them one by one then (`ColumnInfos.merge_into`)."""
+    layouts = [p.layout for p in parts]
+    layout = layouts[0]
+    if layout is None:
+        return {} if all(x is None for x in layouts) else None
+    if layout.cell_dtype is None:
+        return None
+    for p in parts:
+        if p.block is None or (p.layout is not layout and p.layout != layout):
+            return None
+    values = parts[0].block if len(parts) == 1 else np.concatenate([p.block for p in parts], 1)
+    n = values.shape[1]
+    return _batched(layout, values, _all_set((len(layout.keys), n)))
 
 
 def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:
