@@ -14,8 +14,10 @@ Two figures:
 - **Throughput** (env steps per second of wall time): gymnasium ``SyncVectorEnv`` and
   ``AsyncVectorEnv`` (shared memory), SB3 ``SubprocVecEnv``, EnvPool if importable (sync
   ``step`` and async ``send``/``recv``), ours in several ``(num_stages, envs_per_worker)``
-  configs with whole-env ``step``, and ours with a staged loop (``step_wait``/
-  ``step_async`` per stage, stages kept in flight). The "ceiling" row is the in-process
+  configs with whole-env ``step``, ours with a staged loop (``step_wait``/
+  ``step_async`` per stage, stages kept in flight), and ours with EnvPool's loop
+  (``async_reset``, then ``recv(batch_size=num_envs // 2)`` / ``send(actions, env_ids)``,
+  `prepare_send_recv`). The "ceiling" row is the in-process
   step rate of one env times the cores this process may use: no CPU-bound backend beats
   it on an idle machine (on a loaded one, multi-threaded backends get a larger share of
   the CPU than one thread did and can).
@@ -105,6 +107,9 @@ class Args:
     (``PipelinedVectorEnv(fns)`` with no layout argument)."""
     staged: tuple[str, ...] = ("2x2", "2x4")
     """Our configs for the staged loop (``step_async``/``step_wait`` per stage)."""
+    send_recv: tuple[str, ...] = ("default",)
+    """Our configs for EnvPool-style ``async_reset`` / ``recv(batch_size=num_envs // 2)`` /
+    ``send(actions, env_ids)``."""
     pin: bool = False
     """Also run each of our whole-env configs with ``cpu_affinity="auto"``."""
     baselines: bool = True
@@ -257,6 +262,37 @@ def prepare_envpool_async(env: Any, actions: np.ndarray, seed: int) -> Loop:
             info = env.recv()[-1]
             env.send(actions[i % len(actions)][:batch], info["env_id"])
         return recvs * batch
+
+    return loop
+
+
+def prepare_send_recv(env: PipelinedVectorEnv, actions: np.ndarray, seed: int) -> Loop:
+    """Our EnvPool-style loop: ``recv`` at least ``num_envs // 2`` ready envs, ``send`` their
+    actions back.
+
+    ``recv`` returns every result that is ready (it may be more than the batch), so the
+    loop sends exactly ``n * num_envs`` actions (the env steps it counts: the last
+    received envs may wait for the next call) and ends with nothing in flight (it receives
+    every env; the next call sends those first).
+    """
+    env.async_reset(seed=seed)
+    num_envs = env.num_envs
+    batch = max(1, num_envs // 2)
+    held = np.zeros(0, dtype=np.int64)  # envs received and not sent yet
+
+    def loop(n: int) -> int:
+        nonlocal held
+        target, sent, i = n * num_envs, 0, 0
+        while sent < target:
+            if not len(held):
+                held = env.recv(batch_size=batch)[-1]["env_id"]
+            k = min(len(held), target - sent)
+            env.send(actions[i % len(actions)][:k], held[:k])
+            held, sent, i = held[k:], sent + k, i + 1
+        while len(held) < num_envs:  # drain: nothing left in flight between calls
+            ids = env.recv(batch_size=num_envs - len(held))[-1]["env_id"]
+            held = np.concatenate([held, ids])
+        return sent
 
     return loop
 
@@ -429,6 +465,25 @@ def make_backends(args: Args) -> list[Backend]:
                     cpu_affinity=affinity,
                 ),
                 vector,
+            )
+        )
+    for text in args.send_recv:
+        stages, per_worker = parse_config(text)
+        shape = "default" if per_worker is None else f"{stages}x{per_worker}"
+        backends.append(
+            Backend(
+                f"ours send/recv {shape} (batch {max(1, args.num_envs // 2)})",
+                "ours",
+                {
+                    "num_stages": stages,
+                    "envs_per_worker": per_worker,
+                    "cpu_affinity": None,
+                    "loop": "send_recv",
+                },
+                functools.partial(
+                    PipelinedVectorEnv, fns, num_stages=stages, envs_per_worker=per_worker
+                ),
+                prepare_send_recv,
             )
         )
     for text in args.staged:

@@ -62,6 +62,7 @@ def test_throughput_main_tiny(tmp_path: Path) -> None:
         "ours step 1x1",
         "ours step 2x1",
         "ours staged 2x1",
+        "ours send/recv default (batch 1)",
     ]
     if _envpool_importable():
         expected += ["EnvPool sync", "EnvPool async (batch 1)"]
