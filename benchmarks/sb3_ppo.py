@@ -1,5 +1,9 @@
 """Stable-Baselines3 PPO wall-clock: ``SubprocVecEnv`` next to the ``SB3VecEnv`` adapter.
 
+Backends: ``SubprocVecEnv`` (one process per env), the adapter with default arguments
+(``SB3VecEnv(fns)``, the layout the vector env picks for the machine), the adapter with
+each explicit ``--envs-per-worker``, and SB3's in-process ``DummyVecEnv``.
+
 Every backend trains the same PPO (same hyperparameters, seeds and env fns) for the same
 number of env steps on a MuJoCo task (``HalfCheetah-v5`` by default), in one run. Runs
 are interleaved in rounds (each round visits every backend once) so drift on a shared
@@ -16,6 +20,7 @@ Run::
 
     python benchmarks/sb3_ppo.py                      # default, < 3 minutes on 2 cores
     python benchmarks/sb3_ppo.py --total-timesteps 65536 --num-envs 8 --rounds 3
+    python benchmarks/sb3_ppo.py --envs-per-worker 1 2   # explicit layouts beside the default
 
 Results: ``benchmarks/results/sb3_ppo.json`` and ``benchmarks/results/sb3_ppo.md``.
 """
@@ -60,8 +65,11 @@ class Args:
     """PPO epochs per rollout"""
     rounds: int = 2
     """runs per backend (interleaved); the table shows medians"""
-    envs_per_worker: tuple[int, ...] = (1, 2)
-    """adapter configurations to measure, one row each"""
+    default_adapter: bool = True
+    """measure the adapter with default arguments (``SB3VecEnv(fns)``: the layout
+    `default_envs_per_worker` picks for this machine)"""
+    envs_per_worker: tuple[int, ...] = ()
+    """adapter configurations with an explicit ``envs_per_worker`` to measure, one row each"""
     include_dummy: bool = True
     """also measure SB3's in-process DummyVecEnv (no subprocesses) as a reference"""
     seed: int = 0
@@ -81,6 +89,8 @@ def make_backends(args: Args) -> dict[str, Any]:
         return [lambda: gym.make(env_id) for _ in range(args.num_envs)]
 
     backends: dict[str, Any] = {"SubprocVecEnv": lambda: SubprocVecEnv(fns())}
+    if args.default_adapter:
+        backends["SB3VecEnv(fns) (default arguments)"] = lambda: SB3VecEnv(fns())
     for epw in args.envs_per_worker:
         backends[f"SB3VecEnv(envs_per_worker={epw})"] = lambda epw=epw: SB3VecEnv(
             fns(), envs_per_worker=epw
