@@ -1,0 +1,168 @@
+"""Decoupled recv batches its results per answer: the batch equals an env-by-env merge.
+
+`recv` keeps each answer's results together and joins them once (the info columns of
+fast step answers with one copy per key); `send` sends a run of one worker's envs as one
+slice. These tests drive random subsets and orders through the public API and compare
+every ``recv`` with the batch built env by env from what each env returned.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from pipelined_vec_env.infos import merge_info
+from pipelined_vec_env.workers.slots import ColumnInfos, InfoLayout, join_column_infos
+from tests.conftest import assert_tree_equal
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class InfoEnv(gym.Env):
+    """Observation float32 ``(2,)``: (own id, steps taken); reward: the action plus 100 x
+    the id; scalar infos every step (the fast path's info columns), the same keys at
+    reset (`info_at`); terminates every ``episode`` steps."""
+
+    def __init__(self, env_id: int, floats_only: bool = False, episode: int = 7) -> None:
+        self.env_id, self.episode, self.steps = env_id, episode, 0
+        self.floats_only = floats_only
+        self.observation_space = spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
+        self.action_space = spaces.Box(-1e6, 1e6, shape=(), dtype=np.float32)
+        self.rng = np.random.default_rng(env_id)
+
+    def info(self) -> dict[str, Any]:
+        return info_at(self.steps, self.floats_only)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.array([self.env_id, 0], dtype=np.float32), self.info()
+
+    def step(self, action: Any):
+        time.sleep(self.rng.uniform(0, 0.003))
+        self.steps += 1
+        obs = np.array([self.env_id, self.steps], dtype=np.float32)
+        reward = float(action) + 100.0 * self.env_id
+        return obs, reward, self.steps % self.episode == 0, False, self.info()
+
+
+def info_at(t: int, floats_only: bool) -> dict[str, Any]:
+    """The info after ``t`` steps: floats only (one kind of cell: the joined path), or an
+    int, a float and a bool (mixed cells: merged per answer)."""
+    if floats_only:
+        return {"half": t / 2, "neg": -1.0 * t}
+    return {"t": t, "half": t / 2, "even": t % 2 == 0}
+
+
+def _expected(
+    ids: np.ndarray, steps: dict[int, int], actions: dict[int, float], floats_only: bool
+) -> tuple:
+    """The batch of ``ids`` built env by env: what each env returned at its step count."""
+    n = len(ids)
+    obs = np.array([[g, steps[g]] for g in ids.tolist()], dtype=np.float32)
+    rewards = np.array(
+        [0.0 if steps[g] == 0 else actions[g] + 100.0 * g for g in ids.tolist()],
+        dtype=np.float64,
+    )
+    terms = np.array([steps[g] > 0 and steps[g] % 7 == 0 for g in ids.tolist()], dtype=np.bool_)
+    infos: dict[str, Any] = {}
+    for k, g in enumerate(ids.tolist()):
+        infos = merge_info(infos, info_at(steps[g], floats_only), k, n)
+    infos["env_id"] = ids
+    infos["_env_id"] = np.ones(n, dtype=np.bool_)
+    return obs, rewards, terms, np.zeros(n, dtype=np.bool_), infos
+
+
+@pytest.mark.parametrize("floats_only", [True, False])
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_recv_equals_the_env_by_env_batch(make_pipelined, fast_path, floats_only):
+    n = 6
+    envs = make_pipelined(
+        [partial(InfoEnv, i, floats_only) for i in range(n)],
+        envs_per_worker=3,
+        fast_path=fast_path,
+    )
+    envs.async_reset(seed=0)
+    steps = dict.fromkeys(range(n), 0)
+    last: dict[int, float] = {}
+    rng = np.random.default_rng(1)
+    seen_joined = 0
+    for _ in range(80):
+        obs, rewards, terms, truncs, infos = envs.recv(batch_size=int(rng.integers(1, 4)))
+        ids = infos["env_id"]
+        seen_joined += len(ids) > 3  # results of both workers in one recv
+        want = _expected(ids, steps, last, floats_only)
+        got = (obs, rewards, terms, truncs, infos)
+        assert_tree_equal(got, want)
+        # send in a random order, in one or two calls: runs of one worker and scattered ids
+        order = rng.permutation(len(ids))
+        cut = int(rng.integers(1, len(ids) + 1))
+        for part in (order[:cut], order[cut:]):
+            if len(part) == 0:
+                continue
+            actions = rng.integers(0, 50, size=len(part)).astype(np.float32)
+            envs.send(actions, ids[part])
+            for g, a in zip(ids[part].tolist(), actions.tolist(), strict=True):
+                # NEXT_STEP autoreset: the step after a termination is the reset
+                ended = steps[g] > 0 and steps[g] % 7 == 0
+                steps[g] = 0 if ended else steps[g] + 1
+                last[g] = a
+    assert seen_joined > 0  # some recv joined the answers of several workers
+
+
+def test_send_keeps_actions_when_the_caller_reuses_its_array(make_pipelined):
+    """The actions of a run of rows are sent as a copy: changing the caller's array after
+    ``send`` does not change what the envs execute."""
+    envs = make_pipelined([partial(InfoEnv, i) for i in range(4)], envs_per_worker=2)
+    envs.async_reset(seed=0)
+    got = 0
+    while got < 4:
+        got += len(envs.recv(batch_size=1)[-1]["env_id"])
+    actions = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    envs.send(actions, np.arange(4))
+    actions[:] = -1000.0
+    rewards = np.zeros(4)
+    got = 0
+    while got < 4:
+        _, r, _, _, info = envs.recv(batch_size=1)
+        rewards[info["env_id"]] = r
+        got += len(r)
+    np.testing.assert_array_equal(rewards, [1.0, 102.0, 203.0, 304.0])
+
+
+def _columns(layout: InfoLayout, rows: list[dict[str, Any]]) -> ColumnInfos:
+    kind = layout.cell_dtype
+    block = np.array([[row[key] for row in rows] for key in layout.keys], dtype=kind)
+    return ColumnInfos(layout, None, len(rows), block)
+
+
+def test_join_column_infos_equals_merging_env_by_env():
+    float_layout = InfoLayout.learn([[{"a": 1.5, "b": 2.5}]])
+    assert float_layout is not None and float_layout.cell_dtype is not None
+    rows = [{"a": 0.5 * k, "b": -1.0 * k} for k in range(5)]
+    parts = [_columns(float_layout, rows[:2]), _columns(float_layout, rows[2:])]
+    joined = join_column_infos(parts)
+    expected: dict[str, Any] = {}
+    for k, row in enumerate(rows):
+        expected = merge_info(expected, row, k, len(rows))
+    assert joined is not None
+    assert_tree_equal(joined, expected)
+    assert list(joined) == list(expected)  # gymnasium's key order: each key, then its mask
+
+
+def test_join_column_infos_declines_what_it_cannot_join():
+    one = InfoLayout.learn([[{"a": 1.5}]])
+    other = InfoLayout.learn([[{"b": 1.5}]])
+    assert one is not None and other is not None
+    a = _columns(one, [{"a": 1.0}])
+    b = _columns(other, [{"b": 2.0}])
+    assert join_column_infos([a, b]) is None  # two layouts: merged one by one instead
+    empty = ColumnInfos(None, [], 2)
+    assert join_column_infos([empty, empty]) == {}
+    assert join_column_infos([empty, a]) is None
