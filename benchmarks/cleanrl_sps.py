@@ -27,6 +27,8 @@ Run::
     python benchmarks/cleanrl_sps.py --git-dir ~/src/cleanrl/.git    # < 5 minutes on 2 cores
     python benchmarks/cleanrl_sps.py --script ~/src/cleanrl/cleanrl/ppo_continuous_action.py
     python benchmarks/cleanrl_sps.py --rounds 3 --total-timesteps 10240 --git-dir ...
+    # less training per env step (the vector env's share of the time grows)
+    python benchmarks/cleanrl_sps.py --git-dir ... --cleanrl-args="--update-epochs 1 --num-minibatches 4"
     python benchmarks/cleanrl_sps.py --help
 
 Without ``--script`` or ``--git-dir`` it clones https://github.com/vwxyzjn/cleanrl (needs
@@ -40,6 +42,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -79,6 +82,10 @@ class Args:
     num_steps: int = 512
     """Rollout length per env (CleanRL's ``--num-steps``); an iteration is
     ``num_envs * num_steps`` env steps."""
+    cleanrl_args: str = ""
+    """More arguments for CleanRL's script in one string, the same for both variants (e.g.
+    ``--cleanrl-args="--update-epochs 1 --num-minibatches 4"``: less training per env
+    step, so the vector env's share of the wall time grows)."""
     rounds: int = 2
     """Runs per variant, interleaved; the table shows medians."""
     seed: int = 1
@@ -205,6 +212,7 @@ def run_once(script: Path, args: Args) -> dict[str, Any]:
         "--num-steps", str(args.num_steps),
         "--seed", str(args.seed),
         "--no-cuda",
+        *shlex.split(args.cleanrl_args),
     ]  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -248,7 +256,9 @@ def table(rows: list[dict[str, Any]], args: Args, commit: str | None) -> str:
     source = f"CleanRL {commit[:7]}" if commit else "CleanRL"
     lines = [
         f"{source} ppo_continuous_action.py on {args.env_id}, {args.num_envs} envs, "
-        f"{args.total_timesteps} steps (num_steps={args.num_steps}), median of "
+        f"{args.total_timesteps} steps (num_steps={args.num_steps}"
+        + (f" {args.cleanrl_args}" if args.cleanrl_args else "")
+        + "), median of "
         f"{args.rounds} interleaved rounds",
         "",
         "| vector env | SPS | vs SyncVectorEnv (paired) | wall (s) |",
