@@ -197,7 +197,11 @@ class DecoupledState:
         keep their order); envs whose worker was rebuilt get their truncated result
         instead (`_end_restarted_episode`)."""
         if not self._owner:
-            self._owner = [w for w in self.pool.handles for _ in w.env_indices]
+            owner: list[Any] = [None] * self.env.num_envs
+            for w in self.pool.handles:
+                for g in w.env_indices:
+                    owner[g] = w
+            self._owner = owner
         owner, restarted = self._owner, self.restarted
         groups: dict[int, tuple[Any, list[int]]] = {}
         for pos, g in enumerate(id_list):
