@@ -40,7 +40,7 @@ Two more workloads (the shared-memory fast path, docs/wire_format.md):
   whole-env ``step`` loop. The zero-overhead ceiling of each loop is printed beside it
   (`decoupled_ceilings`, by sampling the same latencies and policy).
 
-The issue's targets are checked at the end (`targets`: each with its target, the
+The targets are checked at the end (`targets`: each with its target, the
 measured ratio and met / not met) and written to the JSON.
 
 Run::
@@ -1014,6 +1014,8 @@ def targets(
     null_rows: list[dict[str, Any]],
     slow_rows: list[dict[str, Any]] | None = None,
     decoupled_rows: list[dict[str, Any]] | None = None,
+    *,
+    num_envs: int = 8,
 ) -> dict[str, Any]:
     """The fast path's targets, checked against this run (each: target, measured, met).
 
@@ -1030,6 +1032,11 @@ def targets(
       slower (>= `SLOW_TOLERANCE`).
     - ``decoupled``: decoupled send/recv over a whole-env sync loop, >= 2.0x.
     - ``vs_async``: our best over ``AsyncVectorEnv`` (>= 3.0x).
+    - ``default_vs_sync``: ``PipelinedVectorEnv(fns)`` with no layout argument (the row
+      ``ours step default``) over ``SyncVectorEnv``: >= 1.1x below 32 envs, >= 1.5x from 32.
+    - ``send_recv_vs_step`` / ``send_recv_vs_envpool_async``: our EnvPool-style loop with
+      the default layout (``ours send/recv default``) over the whole-env ``step`` of the
+      same layout (>= 1.0) and over EnvPool async (>= 0.8).
     """
     by_name = {r["name"]: r for r in rows}
     whole = [r for r in rows if r["group"] == "ours" and r["config"].get("loop") == "step"]
@@ -1068,6 +1075,22 @@ def targets(
         0.7,
         False,
     )
+    default = next((r for r in whole if r["config"].get("envs_per_worker") is None), None)
+    result["default_vs_sync"] = _target(
+        default["vs_sync"] if default else None, 1.5 if num_envs >= 32 else 1.1
+    )
+    send_recv = next(
+        (
+            r
+            for r in rows
+            if r["group"] == "ours"
+            and r["config"].get("loop") == "send_recv"
+            and r["config"].get("envs_per_worker") is None
+        ),
+        None,
+    )
+    result["send_recv_vs_step"] = _target(_paired(send_recv, default), 1.0)
+    result["send_recv_vs_envpool_async"] = _target(_paired(send_recv, envpool_async), 0.8)
     if slow_rows:
         fast = next((r for r in slow_rows if r["name"].startswith("slow ours")), None)
         pickled = next((r for r in slow_rows if r["name"].endswith("pickled")), None)
@@ -1146,7 +1169,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "null_round_trip": null_rows,
         "slow_env": slow_rows,
         "decoupled": decoupled_rows,
-        "targets": targets(rows, null_rows, slow_rows, decoupled_rows),
+        "targets": targets(rows, null_rows, slow_rows, decoupled_rows, num_envs=args.num_envs),
         "envpool_available": _envpool_module() is not None,
     }
     print()

@@ -162,6 +162,47 @@ def test_the_envpool_ratio_is_paired_not_a_ratio_of_medians(throughput):
     }
 
 
+def _default_run(throughput: ModuleType) -> list[Any]:
+    return [
+        _backend(throughput, SYNC, [100.0, 100.0, 200.0], group="gymnasium"),
+        _backend(throughput, "EnvPool async (batch 4)", [100.0, 150.0, 400.0], group="envpool"),
+        # 1.2, 1.2, 0.6 -> 1.2 over Sync (the ratio of the medians, 120 / 100, is the same)
+        _ours(throughput, "ours step default", [120.0, 120.0, 120.0], "step", None),
+        _ours(throughput, "ours step 1x4", [300.0, 300.0, 300.0], "step", 4),
+        # over the default step: 1.0, 1.25, 1.0 -> 1.0; over EnvPool async: 1.2, 1.0, 0.3 -> 1.0
+        _ours(throughput, "ours send/recv default (batch 4)", [120.0, 150.0, 120.0], "send_recv", None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("num_envs", "target", "met"), [(8, 1.1, True), (32, 1.5, False)])
+def test_the_default_layout_over_sync_and_send_recv_over_its_step(
+    throughput, num_envs, target, met
+):
+    result = throughput.targets(
+        throughput.summarise(_default_run(throughput)), [], num_envs=num_envs
+    )
+    # the default row, not the best (1x4, 3.0x)
+    assert result["default_vs_sync"] == {
+        "target": target,
+        "measured": pytest.approx(1.2),
+        "met": met,
+    }
+    assert result["send_recv_vs_step"] == {
+        "target": 1.0,
+        "measured": pytest.approx(1.0),
+        "met": True,
+    }
+    assert result["send_recv_vs_envpool_async"]["measured"] == pytest.approx(1.0)
+    assert result["send_recv_vs_envpool_async"]["met"] is True
+
+
+def test_default_targets_unmeasured_without_their_rows(throughput):
+    backends = [_backend(throughput, SYNC, [100.0, 100.0, 100.0], group="gymnasium")]
+    result = throughput.targets(throughput.summarise(backends), [])
+    for key in ("default_vs_sync", "send_recv_vs_step", "send_recv_vs_envpool_async"):
+        assert result[key]["measured"] is None and result[key]["met"] is None
+
+
 def _timed(name: str, rates: list[float], **extra: Any) -> dict[str, Any]:
     return {"name": name, "rounds": [{"steps_per_s": r} for r in rates], **extra}
 
