@@ -23,7 +23,6 @@ LONG_FUNCTIONS = {
     "pipelined_vec_env.profiling.timeline.draw_timeline": 117,
     "pipelined_vec_env.stepping.channel.InferenceChannel._run": 139,
     "pipelined_vec_env.tuning.layout_model.simulate": 107,
-    "pipelined_vec_env.libero.collect.collect_demos": 141,
     "pipelined_vec_env.vector_env.PipelinedVectorEnv.__init__": 119,
     "reference_trainer.bc.train_bc": 136,
 }
