@@ -24,9 +24,9 @@ neighbouring object that the hand would land on: the one failure mode seen. Moti
 proportional controller on the end-effector position (OSC_POSE deltas, clipped to
 [-1, 1]); rotation stays 0, so the gripper keeps its initial top-down orientation.
 
-Measured (docs/libero.md): 500/500 on libero_object (tasks 0-9, all 50 init states each);
-0/50 on libero_spatial, whose bowls are wider than the open gripper and need a rim grasp,
-which it does not do.
+A bowl or a plate is wider than the open gripper: ``rim_offset`` moves the grasp point
+onto its rim wall. `pipelined_vec_env.libero.experts.expert_for` holds each task's
+settings; per-task success rates are in docs/libero.md.
 """
 
 from __future__ import annotations
