@@ -38,12 +38,15 @@ logger = logging.getLogger(__name__)
 TASK_ONE_HOT_KEY = "task_one_hot"
 """Observation key of the task one-hot (float32 ``(T,)``) that `TaskOneHot` adds."""
 
-EXPERT_SUITES = ("libero_object",)
-"""Suites with a scripted expert for every task (`expert_for`)."""
+EXPERT_SUITES = ("libero_object", "libero_spatial")
+"""Suites with a scripted expert for every task (`expert_for`); libero_goal has experts
+for some of its tasks (`pipelined_vec_env.libero.experts.tasks_with_experts`), usable with
+``--task-ids``."""
 
 
 def expert_for(suite: str, task_id: int) -> Any:
-    """The scripted expert of one task: the trainer's one call into the package's experts.
+    """The scripted expert of one task: the trainer's one call into the package's experts
+    (`pipelined_vec_env.libero.experts.expert_for`).
 
     Args:
         suite: the LIBERO suite.
@@ -54,16 +57,18 @@ def expert_for(suite: str, task_id: int) -> Any:
         ``"goal_features"`` ``(n, 23)``) to actions ``(n, 7)`` float in [-1, 1].
 
     Raises:
-        ValueError: for a suite without a scripted expert (the message names those with one).
+        ValueError: for a task without a scripted expert (the message names the suites
+            with one for every task and this suite's tasks with one), or an unknown suite.
     """
-    if suite not in EXPERT_SUITES:
+    from pipelined_vec_env.libero import experts
+
+    if not experts.has_expert(suite, task_id):
         raise ValueError(
-            f"no scripted expert for {suite} task {task_id}: suites with one: "
+            f"no scripted expert for {suite} task {task_id} (tasks of {suite} with one: "
+            f"{experts.tasks_with_experts(suite)}); suites with one for every task: "
             f"{', '.join(EXPERT_SUITES)}"
         )
-    from pipelined_vec_env.libero.expert import PickPlaceExpert
-
-    return PickPlaceExpert()
+    return experts.expert_for(suite, task_id)
 
 
 def _expert_actions(experts: Sequence[Any], obs: dict[str, np.ndarray]) -> np.ndarray:

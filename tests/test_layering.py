@@ -19,9 +19,7 @@ MAX_FUNCTION_LINES = 100
 MAX_CLASS_LINES = 500
 # the functions and classes over those sizes today, with their length (lines, docstring left
 # out): an entry may only shrink, and goes when its function or class is back under the limit
-LONG_FUNCTIONS = {
-    "pipelined_vec_env.libero.collect.collect_demos": 141,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 LONG_CLASSES: dict[str, int] = {}
 
 # private members of other code that the package reads on purpose: the standard library's

@@ -470,14 +470,16 @@ def test_train_libero_refuses_a_suite_without_an_expert_before_any_worker(tmp_pa
         raise AssertionError("a vector env was built")
 
     monkeypatch.setattr(PipelinedVectorEnv, "__init__", no_worker)
-    config = module.parse_args(["--suite", "libero_spatial", "--run-dir", str(tmp_path)])
+    config = module.parse_args(["--suite", "libero_goal", "--run-dir", str(tmp_path)])
     with pytest.raises(
-        ValueError, match=r"--suite libero_spatial: .*suites with one: libero_object"
+        ValueError,
+        match=r"--suite libero_goal: .*libero_goal task 0 .*every task: libero_object, libero_spatial",
     ):
         module.run(config)
     assert not any(tmp_path.iterdir())
-    assert "libero_object" in EXPERT_SUITES
+    assert {"libero_object", "libero_spatial"} <= set(EXPERT_SUITES)
     assert type(expert_for("libero_object", 3)).__name__ == "PickPlaceExpert"
+    assert expert_for("libero_spatial", 0).rim_offset > 0  # a bowl by its rim
     with pytest.raises(ValueError, match="no scripted expert for libero_10 task 0"):
         expert_for("libero_10", 0)
 

