@@ -867,7 +867,8 @@ def _plot_per_task(summary: dict[str, Any], path: Path) -> str | None:
     ax.set_xlabel(
         f"held-out success rate ({summary['eval_episodes'] // len(labels)} episodes per task)"
     )
-    ax.legend(loc="lower right", fontsize=8)
+    # above the axes, so no bar (a task at 1.0 included) is hidden under it
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
