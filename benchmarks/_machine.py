@@ -3,11 +3,13 @@ beside it, also when a test loads a script by its path)."""
 
 from __future__ import annotations
 
+import json
 import platform
 from collections.abc import Iterable
 from importlib import metadata
+from pathlib import Path
 
-__all__ = ["cpu_model", "package_versions"]
+__all__ = ["cpu_model", "package_versions", "write_results"]
 
 
 def cpu_model() -> str:
@@ -31,3 +33,12 @@ def package_versions(names: Iterable[str]) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def write_results(output: Path, report: dict, text: str) -> None:
+    """Print ``text`` (the markdown table) and write ``report`` to ``output`` (JSON) and the
+    table beside it (``output`` with the suffix ``.md``), making the folder if needed."""
+    print(text)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2))
+    output.with_suffix(".md").write_text(text + "\n")

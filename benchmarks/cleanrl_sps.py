@@ -38,7 +38,6 @@ the network and ``git``). Results go to ``benchmarks/results/cleanrl_sps.json`` 
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -55,7 +54,7 @@ from typing import Any
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, package_versions, write_results  # noqa: E402
 
 __all__ = ["Args", "Patch", "VARIANTS", "main", "patched", "sps_of"]
 
@@ -312,11 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": rows,
         "target": {"vs_sync": ">= 1.1", "measured": pipelined, "met": pipelined >= 1.1},
     }
-    text = table(rows, args, commit)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2))
-    args.output.with_suffix(".md").write_text(text + "\n")
+    write_results(args.output, report, table(rows, args, commit))
     return report
 
 

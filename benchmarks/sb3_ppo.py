@@ -27,7 +27,6 @@ Results: ``benchmarks/results/sb3_ppo.json`` and ``benchmarks/results/sb3_ppo.md
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -41,7 +40,7 @@ import gymnasium as gym
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import package_versions  # noqa: E402
+from _machine import package_versions, write_results  # noqa: E402
 
 # torch and SB3 are imported inside functions: the workers (forkserver) import this
 # module as their ``__main__`` and need neither.
@@ -204,11 +203,7 @@ def main(args: Args) -> dict[str, Any]:
         "machine": machine(),
         "rows": rows,
     }
-    text = table(rows, args)
-    print(text)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2))
-    args.output.with_suffix(".md").write_text(text + "\n")
+    write_results(args.output, report, table(rows, args))
     return report
 
 
