@@ -142,3 +142,21 @@ def test_async_reset_rebuilds_a_dead_worker(make_pipelined):
     obs, *_, info = envs.recv(batch_size=2, timeout=30)
     assert sorted(info["env_id"].tolist()) == [0, 1] and obs[:, 0].tolist() == [0, 0]
     assert envs.workers[0].process.pid != old_pid and envs.restart_counts == (0, 0)
+
+
+def test_recv_returns_every_result_already_there(make_pipelined):
+    """A ``recv`` whose batch is not ready yet still returns every result that has come by
+    the time it first looks, beyond ``batch_size`` (the wait's first poll takes them all)."""
+    envs = make_pipelined([partial(CountingEnv, i, 100) for i in range(4)], envs_per_worker=1)
+    envs.async_reset(seed=0)
+    deadline = time.monotonic() + 30
+    while not all(w.answer_waiting() for w in envs.workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(w.answer_waiting() for w in envs.workers)
+    *_, info = envs.recv(batch_size=1, timeout=30)
+    assert sorted(info["env_id"].tolist()) == [0, 1, 2, 3]
+    envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+    while not all(w.answer_waiting() for w in envs.workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    *_, info = envs.recv(batch_size=2, timeout=30)
+    assert sorted(info["env_id"].tolist()) == [0, 1, 2, 3]

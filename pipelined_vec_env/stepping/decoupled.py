@@ -244,7 +244,9 @@ class DecoupledState:
             )
         deadline = deadline_after(timeout)
         t0 = time.monotonic_ns()
-        self._collect(0.0)
+        if self.ready_count >= want:  # enough already: take what else is there, no wait
+            self._collect(0.0)
+        # else the first `_collect` below returns at once with what is there already
         while self.ready_count < want:
             if not self._collect(remaining(deadline)):
                 raise WaitTimeoutError(
