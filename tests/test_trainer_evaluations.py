@@ -5,14 +5,27 @@ assignment of evaluation episodes to the envs."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 
+from pipelined_vec_env.debug_envs import ReachEnv
+from reference_trainer.agent import ActorCritic
 from reference_trainer.config import TrainConfig
+from reference_trainer.envs import make_vector_env
+from reference_trainer.rollout import RolloutCollector
+from reference_trainer.scheduled_resets import PARK_KEY, SCHEDULE_KEY, ScheduledResets
 from reference_trainer.train import train
+from reference_trainer.vector_eval import evaluate_on_vector_env
 
 from .conftest import tiny_train_config
 
@@ -77,3 +90,86 @@ def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
     during = summary["evaluations"][1:-1]
     assert during, "no evaluation during training"
     assert all(int(e["episodes"]) == 2 and e["subset"] for e in during)
+
+
+@dataclass
+class _ReachFactory:
+    """`ReachEnv` (episodes of 1 to 12 steps) for the trainer: evaluation episode ``j``
+    starts from init state ``j % 10``."""
+
+    steps_per_decision: int = 1
+    steps_info_key: str | None = None
+
+    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
+        return functools.partial(ReachEnv, horizon=12, num_init_states=10)
+
+    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
+        return {"init_state_id": episode % 10}
+
+
+def _collector(num_envs: int, gain: float) -> tuple[Any, RolloutCollector]:
+    """Envs and a collector whose policy's mean is ``gain * (goal - position)`` on the
+    first action entry: episodes of a few steps, longer from init states far apart."""
+    envs = make_vector_env(_ReachFactory(), num_envs, num_stages=2, envs_per_worker=1)
+    agent = ActorCritic(envs.single_observation_space, envs.single_action_space, ())
+    with torch.no_grad():
+        linear = agent.actor_mean[-1]
+        linear.weight.copy_(torch.tensor([[-gain, gain], [0.0, 0.0]]))
+        linear.bias.zero_()
+    agent.eval()
+    return envs, RolloutCollector(envs, agent, 5, torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("num_envs", "episodes"), [(3, 17), (4, 6), (5, 3), (2, 9)])
+def test_dynamic_assignment_gives_the_static_ones_per_episode_results(num_envs, episodes):
+    factory = _ReachFactory()
+    envs, collector = _collector(num_envs, gain=0.6)
+    try:
+        static, dynamic, static_after, again = (
+            evaluate_on_vector_env(
+                collector, factory, episodes, 100, then_reset_seed=7, assignment=how
+            )
+            for how in ("static", "dynamic", "static", "dynamic")
+        )
+    finally:
+        envs.close()
+    assert len(set(static.lengths)) > 1  # the envs free up at different times
+    assert static.successes is not None
+    assert static_after.returns == static.returns  # training resets unpark the envs
+    assert dynamic.returns == static.returns
+    assert dynamic.lengths == static.lengths
+    assert dynamic.successes == static.successes
+    assert again.returns == dynamic.returns  # dynamic is the default, the same every time
+    assert len(dynamic.returns) == episodes
+
+
+def test_a_parked_env_steps_nothing_until_its_schedule_is_extended():
+    env = ScheduledResets(ReachEnv(num_init_states=10))
+    obs, info = env.reset(options={SCHEDULE_KEY: [(None, {"init_state_id": 2})], PARK_KEY: True})
+    assert info["init_state_id"] == 2
+    done = False
+    while not done:
+        *_, terminated, truncated, _ = env.step(np.ones(2, np.float32))
+        done = terminated or truncated
+    parked_obs, _ = env.reset()  # the autoreset after the last scheduled episode parks
+    assert np.array_equal(parked_obs, obs)
+    for _ in range(3):
+        step_obs, reward, terminated, truncated, _ = env.step(np.ones(2, np.float32))
+        assert np.array_equal(step_obs, obs) and reward == 0.0 and not (terminated or truncated)
+    env.extend_schedule([(None, {"init_state_id": 5})])
+    assert env.step(np.ones(2, np.float32))[3]  # truncated: the parked stretch ends
+    assert env.reset()[1]["init_state_id"] == 5
+    assert env.reset(seed=4)[1]["init_state_id"] == 4  # an explicit reset ends parking
+    _, info = env.reset(options={SCHEDULE_KEY: [], PARK_KEY: True})  # nothing to play
+    assert env.step(np.ones(2, np.float32))[1] == 0.0
+    with pytest.raises(TypeError, match="reset_schedule"):
+        env.reset(options={SCHEDULE_KEY: []})  # empty without parking
+
+
+def test_an_unknown_assignment_is_refused():
+    envs, collector = _collector(2, gain=1.0)
+    try:
+        with pytest.raises(ValueError, match="assignment"):
+            evaluate_on_vector_env(collector, _ReachFactory(), 2, 0, assignment="random")  # type: ignore[arg-type]
+    finally:
+        envs.close()
