@@ -205,18 +205,20 @@ def _eval_estimate(
     """Seconds the episodes of an evaluation of ``episodes`` may take (a video aside).
 
     Each env plays ``waves = ceil(episodes / num_envs)`` episodes in turn. The estimate is
-    the longest evaluation so far (its video left out), scaled to ``waves`` of its own,
-    times 1.2, or, if longer, every env playing ``waves`` episodes at the longest episode
-    length seen (in env steps) at the last rollout's throughput (a policy that got worse
-    plays longer, failing episodes). 60 s per wave without any measurement.
+    the longest evaluation so far of as many episodes (its video left out; without one,
+    the longest of any size, scaled to ``waves`` of its own) times 1.2, or, if longer,
+    every env playing ``waves`` episodes at the longest episode length seen (in env steps)
+    at the last rollout's throughput (a policy that got worse plays longer, failing
+    episodes). 60 s per wave without any measurement.
     """
     waves = math.ceil(episodes / num_envs)
+    alike = [e for e in evaluations if int(e.get("episodes", 0)) == episodes]
     so_far = max(
         (
             (e.get("wall_s", 0.0) - e.get("video_s", 0.0))
             * waves
             / math.ceil(max(1, int(e.get("episodes", 1))) / num_envs)
-            for e in evaluations
+            for e in alike or evaluations
         ),
         default=0.0,
     )

@@ -173,3 +173,54 @@ def test_an_unknown_assignment_is_refused():
             evaluate_on_vector_env(collector, _ReachFactory(), 2, 0, assignment="random")  # type: ignore[arg-type]
     finally:
         envs.close()
+
+
+def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp_path, monkeypatch):
+    """learning_curve.png of the LIBERO main job: the full evaluations and the subsets
+    during training all on the held-out axes, the subsets with their own marker and
+    their episode count in the legend."""
+    from matplotlib.axes import Axes
+
+    from .conftest import load_script
+
+    module = load_script("examples/train_libero.py", "train_libero")
+    drawn: list[tuple[Axes, list, dict]] = []
+    plot = Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn.append((self, list(args), kwargs))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+
+    def entry(step: int, rate: float, episodes: int, subset: bool) -> dict[str, Any]:
+        states = [45] if subset else [45, 46]
+        return {
+            "global_step": step,
+            "success_rate": rate,
+            "episodes": float(episodes),
+            "subset": subset,
+            "init_states": states,
+            "success_rate_per_task": [rate, rate],
+        }
+
+    summary = {
+        "evaluations": [
+            entry(0, 0.5, 4, False),
+            entry(100, 0.5, 2, True),
+            entry(200, 1.0, 2, True),
+            entry(300, 0.75, 4, False),
+        ],
+        "eval_episodes": 4,
+        "mode": "finetune",
+        "run_dir": str(tmp_path),
+    }
+    path = module._plot_learning_curve(summary, {}, tmp_path / "learning_curve.png")
+    assert Path(path).stat().st_size > 0
+    held_out = drawn[0][0]
+    labelled = {kw.get("label"): args for ax, args, kw in drawn if ax is held_out}
+    full = next(v for k, v in labelled.items() if k and "before, after: 4 held-out" in k)
+    subset = next(v for k, v in labelled.items() if k and "during training: 2 held-out" in k)
+    assert list(full[0]) == [0, 300] and list(subset[0]) == [100, 200]
+    assert full[2] != subset[2]  # their own marker
+    assert "(1 init state per task)" in next(k for k in labelled if k and "during" in k)
