@@ -11,15 +11,17 @@ With no arguments this trains one policy on the ten libero_object tasks, all wit
 4. PPO fine-tuning from the BC weights (value warm-up, a low per-dimension std, a KL pull
    to the BC policy, self-imitation), env ``i`` training on task ``i % 10`` from
    ``--train-init-states``, a 2-stage pipelined rollout, evaluated again every
-   ``--eval-every-minutes``, until the deadline leaves just enough time for
-5. evaluate: the same 50 episodes.
+   ``--eval-every-minutes`` on the first of the held-out init states of every task
+   (``--eval-during-init-states`` 1: 10 episodes), until the deadline leaves just enough
+   time for
+5. evaluate: the same 50 episodes as step 3, and a video of its episode 0.
 
 It prints the suite's and every task's success before and after RL and writes, in the run
 directory: ``summary.json`` (the summary first: ``eval_success_rate_initial``,
 ``eval_success_rate_final``, ``eval_episodes``, the per-task rates and instructions),
 ``curves.json`` (per-iteration training curves), ``learning_curve.png`` (held-out
-success at every evaluation), ``per_task.png`` (each task before and after),
-``videos/before.mp4`` and ``videos/after.mp4``, ``train.log``, the demos, the BC
+success at every evaluation: before, during, after), ``per_task.png`` (each task before
+and after), ``videos/after.mp4``, ``train.log``, the demos, the BC
 checkpoint and the trainer's checkpoints and TensorBoard files.
 
 ``--task-id N`` trains on task N alone; ``--suite`` picks another suite with a scripted
@@ -34,6 +36,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -100,6 +103,10 @@ class LiberoTrainConfig(TrainConfig):
     evaluation's."""
     eval_init_states: str | None = None
     """Init states of every task each evaluation plays, one deterministic episode each."""
+    eval_during_init_states: int = 1
+    """Init states of every task each evaluation during training plays: the first this
+    many of --eval-init-states (1: one episode per task); 0: all of them. The
+    evaluations before and after training play all."""
     demo_noise_std: float = 0.0
     """DART noise on xyz while collecting demos (0: clean demos, a middling BC policy)."""
     bc_max_epochs: int = 4000
@@ -239,8 +246,10 @@ GROUPS = (
             "eval_at_start",
             "eval_every_minutes",
             "eval_every",
+            "eval_during_init_states",
             "eval_seed",
             "eval_video",
+            "eval_video_s",
             "video_fps",
         ),
     ),
@@ -337,9 +346,9 @@ HINTS = {
 }
 """Flags whose "(default: ...)" says what the script does rather than the field's value."""
 
-HIDDEN = ("eval_episodes", "deadline", "init_checkpoint")
-"""Fields the script sets itself: the episode count (from --eval-init-states), the
-deadline (from --budget-minutes) and the warm start's checkpoint (the BC run's)."""
+HIDDEN = ("eval_episodes", "eval_during_episodes", "deadline", "init_checkpoint")
+"""Fields the script sets itself: the episode counts (from --eval-init-states and
+--eval-during-init-states), the deadline (from --budget-minutes) and the warm start's checkpoint (the BC run's)."""
 
 
 def parse_args(args: list[str] | None = None) -> LiberoTrainConfig:
@@ -587,8 +596,7 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
         which = "all" if config.task_id is None else f"task{config.task_id}"
         name = f"{config.suite}_{which}_{_mode(config)}__s{config.seed}__{os.getpid()}"
         config = dataclasses.replace(config, run_name=name)
-    episodes = len(tasks) * len(config.init_states("eval"))
-    config = dataclasses.replace(config, eval_episodes=episodes)
+    config = _eval_episode_counts(config, tasks)
     run_dir = run_directory(config)  # the directory train() writes into (a resumed run's)
     log_file = RunLog(run_dir / "train.log")  # the whole job's log; train() writes into it
     try:
@@ -600,6 +608,27 @@ def run(config: LiberoTrainConfig) -> dict[str, Any]:
     with open(run_dir / "train.log", "a", encoding="utf-8") as log:
         log.write(summary["report"] + "\n")  # the closing report, as printed
     return summary
+
+
+def _eval_episode_counts(config: LiberoTrainConfig, tasks: list[int]) -> LiberoTrainConfig:
+    """The config with ``eval_episodes`` (every task times --eval-init-states) and
+    ``eval_during_episodes`` (every task times --eval-during-init-states) set.
+
+    Raises:
+        ValueError: if --eval-during-init-states is negative or more than
+            --eval-init-states has.
+    """
+    eval_ids = config.init_states("eval")
+    if not 0 <= config.eval_during_init_states <= len(eval_ids):
+        raise ValueError(
+            f"--eval-during-init-states: expected 0 to {len(eval_ids)} (the number of "
+            f"--eval-init-states), got {config.eval_during_init_states}"
+        )
+    return dataclasses.replace(
+        config,
+        eval_episodes=len(tasks) * len(eval_ids),
+        eval_during_episodes=len(tasks) * config.eval_during_init_states,
+    )
 
 
 def _run(
@@ -665,8 +694,11 @@ def _finish(
             return None
         return per_task_success(entry["successes"], len(tasks))
 
+    eval_ids = config.init_states("eval")
     for entry in evaluations:
         entry["success_rate_per_task"] = per_task(entry)
+        # episode j: task j % T from the (j // T)-th eval init state; a subset: the first
+        entry["init_states"] = list(eval_ids[: math.ceil(int(entry["episodes"]) / len(tasks))])
     curves = {k: summary.pop(k) for k in ("return_curve", "success_curve") if k in summary}
     (run_dir / "curves.json").write_text(json.dumps(curves))
     ordered: dict[str, Any] = {key: summary.get(key) for key in SUMMARY_KEYS}
@@ -783,31 +815,7 @@ def _plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: 
         2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
     if evaluations:
-        steps = [e["global_step"] for e in evaluations]
-        per_task = [e.get("success_rate_per_task") for e in evaluations]
-        if all(per_task) and len(per_task[0]) > 1:
-            for t in range(len(per_task[0])):
-                ax_e.plot(steps, [p[t] for p in per_task], color="0.8", lw=1, zorder=1)
-            ax_e.plot([], [], color="0.8", lw=1, label="each task")
-        ax_e.plot(
-            steps,
-            [e["success_rate"] for e in evaluations],
-            "o-",
-            color="C0",
-            lw=2.5,
-            markersize=8,
-            zorder=3,
-            label=f"suite mean ({summary['eval_episodes']} held-out episodes each)",
-        )
-        for x, e in zip(steps, evaluations, strict=True):
-            ax_e.annotate(
-                f"{e['success_rate']:.2f}",
-                (x, e["success_rate"]),
-                xytext=(0, 8),
-                textcoords="offset points",
-                ha="center",
-                fontsize=9,
-            )
+        _plot_evaluations(ax_e, evaluations)
     ax_e.set_ylim(-0.05, 1.1)
     ax_e.set_ylabel("held-out success rate")
     ax_e.set_title(
@@ -827,6 +835,50 @@ def _plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: 
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return str(path)
+
+
+def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]]) -> None:
+    """The suite's held-out success at every evaluation joined by one line: the full
+    evaluations (before, after) as filled circles with each task's rate in grey, the
+    subsets during training as open diamonds; the legend gives their episode counts."""
+    full = [e for e in evaluations if not e.get("subset")]
+    subset = [e for e in evaluations if e.get("subset")]
+    per_task = [e.get("success_rate_per_task") for e in full]
+    if full and all(per_task) and len(per_task[0]) > 1:
+        for t in range(len(per_task[0])):
+            ax.plot([e["global_step"] for e in full], [p[t] for p in per_task], color="0.8", lw=1)
+        ax.plot([], [], color="0.8", lw=1, label="each task (full evaluations)")
+    steps = [e["global_step"] for e in evaluations]
+    ax.plot(steps, [e["success_rate"] for e in evaluations], "-", color="C0", lw=2.5, zorder=2)
+    for group, marker, face, when in (
+        (full, "o", "C0", "before, after"),
+        (subset, "D", "white", "during training"),
+    ):
+        if not group:
+            continue
+        episodes = sorted({int(e["episodes"]) for e in group})
+        states = max(len(e.get("init_states") or ()) for e in group)
+        ax.plot(
+            [e["global_step"] for e in group],
+            [e["success_rate"] for e in group],
+            marker,
+            color="C0",
+            markerfacecolor=face,
+            markeredgewidth=2,
+            markersize=8,
+            zorder=3,
+            label=f"suite mean, {when}: {'/'.join(map(str, episodes))} held-out episodes"
+            + (f" ({states} init state{'s' * (states != 1)} per task)" if states else ""),
+        )
+    for e in evaluations:
+        ax.annotate(
+            f"{e['success_rate']:.2f}",
+            (e["global_step"], e["success_rate"]),
+            xytext=(0, 8),
+            textcoords="offset points",
+            ha="center",
+            fontsize=9,
+        )
 
 
 def _plot_per_task(summary: dict[str, Any], path: Path) -> str | None:

@@ -148,7 +148,7 @@ class TrainConfig:
     """Keep the observation normaliser as loaded (a BC actor's inputs stay what it was
     trained on) instead of updating it from rollouts."""
     eval_at_start: bool = False
-    """Evaluate once before any update (the warm start's success), with a video."""
+    """Evaluate once before any update (the warm start's success); no video."""
     deadline: float | None = None
     """Unix time by which the run, its final evaluation included, should end: training
     stops early enough for the final evaluation (estimated from the previous one)."""
@@ -177,12 +177,21 @@ class TrainConfig:
     eval_every_minutes: float | None = None
     """Evaluate again once this many minutes of training passed since the last
     evaluation, if the deadline leaves room for it and the final one (None: never)."""
+    eval_during_episodes: int = 0
+    """Episodes of each evaluation during training (--eval-every, --eval-every-minutes):
+    the first this many of the --eval-episodes, from the same init states / seeds; 0: all
+    of them. The evaluations before and after training always play all."""
     eval_episodes: int = 10
     """Evaluation episodes, each from a fixed init state / seed (episode j: eval_seed + j)."""
     eval_seed: int = 10_000
     """First seed of the evaluation episodes."""
     eval_video: bool = True
-    """Record an mp4 of the first evaluation episode (needs an offscreen renderer)."""
+    """After the final evaluation, record its episode 0 as videos/after.mp4 (played again
+    on a rendering env in the trainer's process; needs an offscreen renderer). The
+    evaluations before and during training record none."""
+    eval_video_s: float = 40.0
+    """Seconds the final evaluation's video is planned to take when the run has a deadline,
+    while none has been recorded in the run (then 1.2 times the one measured)."""
     video_fps: int = 20
     """Frames per second of evaluation videos."""
     max_minutes: float | None = None

@@ -195,26 +195,48 @@ def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> 
     return time.time() + iteration_s + final_eval_s + 5.0 >= deadline
 
 
-def _final_eval_estimate(
+def _eval_estimate(
     evaluations: list[dict[str, Any]],
     episodes: int,
     num_envs: int,
     longest_episode: int,
     env_steps_per_s: float | None,
 ) -> float:
-    """Seconds a final evaluation may take: the longest so far (which includes its video)
-    times 1.2, or, if longer, every env playing its episodes at the longest episode length
-    seen (in env steps) at the last rollout's throughput (a policy that got worse plays
-    longer, failing episodes). 60 s without any measurement."""
-    so_far = max((e.get("wall_s", 0.0) for e in evaluations), default=0.0)
-    video = max((e.get("video_s", 0.0) for e in evaluations), default=0.0)
+    """Seconds the episodes of an evaluation of ``episodes`` may take (a video aside).
+
+    Each env plays ``waves = ceil(episodes / num_envs)`` episodes in turn. The estimate is
+    the longest evaluation so far of as many episodes (its video left out; without one,
+    the longest of any size, scaled to ``waves`` of its own) times 1.2, or, if longer,
+    every env playing ``waves`` episodes at the longest episode length seen (in env steps)
+    at the last rollout's throughput (a policy that got worse plays longer, failing
+    episodes). 60 s per wave without any measurement.
+    """
+    waves = math.ceil(episodes / num_envs)
+    alike = [e for e in evaluations if int(e.get("episodes", 0)) == episodes]
+    so_far = max(
+        (
+            (e.get("wall_s", 0.0) - e.get("video_s", 0.0))
+            * waves
+            / math.ceil(max(1, int(e.get("episodes", 1))) / num_envs)
+            for e in alike or evaluations
+        ),
+        default=0.0,
+    )
     worst = 0.0
     if env_steps_per_s and longest_episode:
-        waves = math.ceil(episodes / num_envs)
-        worst = waves * longest_episode * num_envs / env_steps_per_s + 1.2 * video
+        worst = waves * longest_episode * num_envs / env_steps_per_s
     if not so_far and not worst:
-        return 60.0
+        return 60.0 * waves
     return max(1.2 * so_far, worst)
+
+
+def _video_estimate(evaluations: list[dict[str, Any]], config: TrainConfig) -> float:
+    """Seconds the final evaluation's video may take: 1.2 times the longest recorded in the
+    run, else ``config.eval_video_s``; 0 without ``--eval-video``."""
+    if not config.eval_video:
+        return 0.0
+    measured = max((e.get("video_s", 0.0) for e in evaluations if e.get("video")), default=0.0)
+    return 1.2 * measured if measured else config.eval_video_s
 
 
 def _success_before_after(
@@ -550,13 +572,14 @@ def _train_loop(run: _Run) -> dict[str, Any]:
     config = run.config
     stopped_early = False
     if config.eval_at_start and not config.resume and config.eval_episodes > 0:
-        _evaluate(run, video=config.eval_video, then_train=True)
+        _evaluate(run, video=False, then_train=True)
     iteration_s, recent_sps, evaluated_at = 0.0, None, time.perf_counter()
     longest = max((int(e.get("length_max", 0)) for e in run.evaluations), default=0)
+    during = _during_episodes(config)
     while run.iteration < run.num_iterations:
-        final_eval_s = _final_eval_estimate(
+        final_eval_s = _eval_estimate(
             run.evaluations, config.eval_episodes, config.num_envs, longest, recent_sps
-        )
+        ) + _video_estimate(run.evaluations, config)
         if config.deadline is not None and _past_deadline(
             config.deadline, iteration_s, final_eval_s
         ):
@@ -580,8 +603,9 @@ def _train_loop(run: _Run) -> dict[str, Any]:
             recent_sps = rollout.timings.env_steps / rollout.timings.rollout_s
         if config.checkpoint_every and run.iteration % config.checkpoint_every == 0:
             _save_checkpoint(run, run.run_dir / "checkpoints" / CHECKPOINT_NAME)
-        if _evaluation_due(run, evaluated_at, 2 * final_eval_s + iteration_s):
-            _evaluate(run, video=False, then_train=True)
+        during_s = _eval_estimate(run.evaluations, during, config.num_envs, longest, recent_sps)
+        if _evaluation_due(run, evaluated_at, during_s + final_eval_s + iteration_s):
+            _evaluate(run, video=False, then_train=True, episodes=during)
             evaluated_at = time.perf_counter()
         iteration_s = time.perf_counter() - iteration_start
         why = _stop_reason(run)
@@ -695,6 +719,23 @@ def _record_iteration(
     run.progress.advance(rollout.timings.env_steps, postfix)
 
 
+def _during_episodes(config: TrainConfig) -> int:
+    """Episodes of an evaluation during training: ``eval_during_episodes`` (0: all), at
+    most ``eval_episodes``.
+
+    Raises:
+        ValueError: for ``eval_during_episodes < 0``.
+    """
+    if config.eval_during_episodes < 0:
+        raise ValueError(
+            f"eval_during_episodes: expected >= 0 (0: all --eval-episodes), "
+            f"got {config.eval_during_episodes}"
+        )
+    if config.eval_during_episodes == 0:
+        return config.eval_episodes
+    return min(config.eval_during_episodes, config.eval_episodes)
+
+
 def _evaluation_due(run: _Run, evaluated_at: float, needed_s: float) -> bool:
     """An evaluation during training is due: every ``eval_every`` iterations, or
     ``eval_every_minutes`` after the last one when the deadline leaves ``needed_s``."""
@@ -734,38 +775,42 @@ def _stop_reason(run: _Run) -> str | None:
 # -- evaluation ----------------------------------------------------------------------------
 
 
-def _evaluate(run: _Run, video: bool, then_train: bool = False) -> dict[str, Any]:
+def _evaluate(
+    run: _Run, video: bool, then_train: bool = False, episodes: int | None = None
+) -> dict[str, Any]:
     """Deterministic episodes from the factory's fixed initial states on the training
     envs (then back to training if ``then_train``), a video of episode 0 if ``video``;
-    the entry is appended to ``run.evaluations``."""
+    the entry is appended to ``run.evaluations``. ``episodes``: the first this many of
+    the ``eval_episodes`` (None: all)."""
     config, progress = run.config, run.progress
     assert progress is not None
+    episodes = config.eval_episodes if episodes is None else episodes
     eval_start = time.perf_counter()
     what = "before any update" if run.iteration == 0 else f"at iteration {run.iteration}"
     logger.info(
         "evaluating %s: %d deterministic episodes on the %d envs",
         what,
-        config.eval_episodes,
+        episodes,
         config.num_envs,
     )
     progress.describe(f"eval {what}")
-    progress.episodes(0, config.eval_episodes)
+    progress.episodes(0, episodes)
     then_reset_seed = config.seed + run.iteration * config.num_envs if then_train else None
     run.agent.eval()
     if isinstance(run.collector, DecoupledRolloutCollector):
         # through the channel on the training envs, which restart for training after
         result = run.collector.evaluate(
-            run.factory, config.eval_episodes, config.eval_seed, then_reset_seed=then_reset_seed
+            run.factory, episodes, config.eval_seed, then_reset_seed=then_reset_seed
         )
     else:
         # on the training envs, all workers in parallel, then back to training
         result = evaluate_on_vector_env(
             run.collector,
             run.factory,
-            config.eval_episodes,
+            episodes,
             config.eval_seed,
             then_reset_seed=then_reset_seed,
-            on_rollout=lambda done: progress.episodes(done, config.eval_episodes),
+            on_rollout=lambda done: progress.episodes(done, episodes),
         )
     video_start = time.perf_counter()
     if video:
@@ -781,6 +826,7 @@ def _evaluate(run: _Run, video: bool, then_train: bool = False) -> dict[str, Any
         run.successes.discard_pending()  # the envs start new episodes after an evaluation
     progress.describe(progress.label)
     entry = {"iteration": run.iteration, "global_step": run.global_step, **result.as_scalars()}
+    entry["subset"] = episodes < config.eval_episodes  # the first `episodes` of them
     entry["video"] = result.video_path
     entry["wall_s"] = time.perf_counter() - eval_start
     entry["video_s"] = video_s

@@ -405,7 +405,8 @@ def test_train_libero_main_job_tiny(tmp_path):
 def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     """Two tasks under one policy, end to end: per-task rates and instructions in the
     summary (its pinned keys first, the curves in curves.json), per_task.png, an
-    evaluation during training, and no evaluation init state among the training ones."""
+    evaluation during training on the first held-out init state of each task (the full
+    ones before and after), and no evaluation init state among the training ones."""
     result = _run_script(
         tiny_libero_args(
             tmp_path,
@@ -425,7 +426,7 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
             "--run-name",
             "two",
             total_timesteps=32,
-            eval_init_states="45:46",
+            eval_init_states="45:47",
             task_id=None,
         ),
         timeout=580,
@@ -440,7 +441,7 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
         "eval_success_rate_per_task_initial",
         "eval_success_rate_per_task_final",
     ]
-    assert summary["tasks"] == [0, 1] and summary["eval_episodes"] == 2
+    assert summary["tasks"] == [0, 1] and summary["eval_episodes"] == 4
     assert [len(summary[f"eval_success_rate_per_task_{w}"]) for w in ("initial", "final")] == [2, 2]
     assert (
         np.mean(summary["eval_success_rate_per_task_final"]) == summary["eval_success_rate_final"]
@@ -451,12 +452,34 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert "success_curve" not in summary and "success_curve" in json.loads(
         (run_dir / "curves.json").read_text()
     )
-    assert len(summary["evaluations"]) >= 3  # before, during, after
+    evaluations = summary["evaluations"]
+    assert len(evaluations) >= 3  # before, during, after
+    assert [int(e["episodes"]) for e in evaluations] == [4] + [2] * (len(evaluations) - 2) + [4]
+    assert [e["init_states"] for e in evaluations[1:-1]] == [[45]] * (len(evaluations) - 2)
+    assert evaluations[0]["init_states"] == evaluations[-1]["init_states"] == [45, 46]
+    assert all(len(e["success_rate_per_task"]) == 2 for e in evaluations)
     assert (run_dir / "per_task.png").stat().st_size > 0
     assert (run_dir / "learning_curve.png").stat().st_size > 0
     init = summary["init_states"]
-    assert init["eval"] == [45] and not set(init["eval"]) & set(init["train"] + init["demo"])
+    assert init["eval"] == [45, 46] and not set(init["eval"]) & set(init["train"] + init["demo"])
     assert "task 1: " in result.stdout
+
+
+@_needs_libero
+def test_train_libero_refuses_more_init_states_during_training_than_held_out(tmp_path):
+    module = load_script("examples/train_libero.py", "train_libero")
+    config = module.parse_args(
+        [
+            "--eval-init-states",
+            "45:47",
+            "--eval-during-init-states",
+            "3",
+            "--run-dir",
+            str(tmp_path),
+        ]
+    )
+    with pytest.raises(ValueError, match="--eval-during-init-states"):
+        module.run(config)
 
 
 @_needs_libero

@@ -1,0 +1,226 @@
+"""Held-out evaluations of a trainer run: full ones before and after training, a subset of
+the same episodes during it, the deadline planning that makes room for both, and the
+assignment of evaluation episodes to the envs."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from pipelined_vec_env.debug_envs import ReachEnv
+from reference_trainer.agent import ActorCritic
+from reference_trainer.config import TrainConfig
+from reference_trainer.envs import make_vector_env
+from reference_trainer.rollout import RolloutCollector
+from reference_trainer.scheduled_resets import PARK_KEY, SCHEDULE_KEY, ScheduledResets
+from reference_trainer.train import train
+from reference_trainer.vector_eval import evaluate_on_vector_env
+
+from .conftest import tiny_train_config
+
+
+def _config(tmp_path: Path, **overrides) -> TrainConfig:
+    config = tiny_train_config(tmp_path, eval_at_start=True, eval_episodes=4)
+    return dataclasses.replace(config, **overrides)
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_evaluations_during_training_play_the_first_episodes_and_land_in_the_summary(
+    tmp_path, decoupled
+):
+    summary = train(
+        _config(
+            tmp_path,
+            eval_every=1,
+            eval_during_episodes=2,
+            total_timesteps=96,
+            decoupled=decoupled,
+        )
+    )
+    on_disk = json.loads((Path(summary["run_dir"]) / "summary.json").read_text())
+    evaluations = on_disk["evaluations"]
+    # before (full), after iterations 1 and 2 (subsets; none after the last), after (full)
+    assert [e["iteration"] for e in evaluations] == [0, 1, 2, 3]
+    assert [int(e["episodes"]) for e in evaluations] == [4, 2, 2, 4]
+    assert [e["subset"] for e in evaluations] == [False, True, True, False]
+    assert on_disk["eval_episodes"] == 4 and on_disk["final_eval"]["episodes"] == 4
+    assert all(e["video"] is None for e in evaluations)
+
+
+def test_zero_means_every_episode_during_training_too(tmp_path):
+    summary = train(_config(tmp_path, eval_every=1, total_timesteps=64))
+    assert [int(e["episodes"]) for e in summary["evaluations"]] == [4, 4, 4]
+    assert not any(e["subset"] for e in summary["evaluations"])
+
+
+def test_a_negative_subset_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="eval_during_episodes"):
+        train(_config(tmp_path, eval_during_episodes=-1))
+
+
+def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
+    """Evaluations due after every iteration (``eval_every_minutes`` tiny) with a
+    deadline (the trainer keeps 5 s spare): training stops in time for the last subset
+    and the final evaluation."""
+    budget_s = 12.0
+    start = time.time()
+    summary = train(
+        _config(
+            tmp_path,
+            deadline=start + budget_s,
+            eval_every_minutes=1e-6,
+            eval_during_episodes=2,
+            total_timesteps=10**7,
+            eval_video_s=0.5,
+        )
+    )
+    assert time.time() <= start + budget_s
+    assert summary["stopped_early"]
+    during = summary["evaluations"][1:-1]
+    assert during, "no evaluation during training"
+    assert all(int(e["episodes"]) == 2 and e["subset"] for e in during)
+
+
+@dataclass
+class _ReachFactory:
+    """`ReachEnv` (episodes of 1 to 12 steps) for the trainer: evaluation episode ``j``
+    starts from init state ``j % 10``."""
+
+    steps_per_decision: int = 1
+    steps_info_key: str | None = None
+
+    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
+        return functools.partial(ReachEnv, horizon=12, num_init_states=10)
+
+    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
+        return {"init_state_id": episode % 10}
+
+
+def _collector(num_envs: int, gain: float) -> tuple[Any, RolloutCollector]:
+    """Envs and a collector whose policy's mean is ``gain * (goal - position)`` on the
+    first action entry: episodes of a few steps, longer from init states far apart."""
+    envs = make_vector_env(_ReachFactory(), num_envs, num_stages=2, envs_per_worker=1)
+    agent = ActorCritic(envs.single_observation_space, envs.single_action_space, ())
+    with torch.no_grad():
+        linear = agent.actor_mean[-1]
+        linear.weight.copy_(torch.tensor([[-gain, gain], [0.0, 0.0]]))
+        linear.bias.zero_()
+    agent.eval()
+    return envs, RolloutCollector(envs, agent, 5, torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("num_envs", "episodes"), [(3, 17), (4, 6), (5, 3), (2, 9)])
+def test_dynamic_assignment_gives_the_static_ones_per_episode_results(num_envs, episodes):
+    factory = _ReachFactory()
+    envs, collector = _collector(num_envs, gain=0.6)
+    try:
+        static, dynamic, static_after, again = (
+            evaluate_on_vector_env(
+                collector, factory, episodes, 100, then_reset_seed=7, assignment=how
+            )
+            for how in ("static", "dynamic", "static", "dynamic")
+        )
+    finally:
+        envs.close()
+    assert len(set(static.lengths)) > 1  # the envs free up at different times
+    assert static.successes is not None
+    assert static_after.returns == static.returns  # training resets unpark the envs
+    assert dynamic.returns == static.returns
+    assert dynamic.lengths == static.lengths
+    assert dynamic.successes == static.successes
+    assert again.returns == dynamic.returns  # dynamic is the default, the same every time
+    assert len(dynamic.returns) == episodes
+
+
+def test_a_parked_env_steps_nothing_until_its_schedule_is_extended():
+    env = ScheduledResets(ReachEnv(num_init_states=10))
+    obs, info = env.reset(options={SCHEDULE_KEY: [(None, {"init_state_id": 2})], PARK_KEY: True})
+    assert info["init_state_id"] == 2
+    done = False
+    while not done:
+        *_, terminated, truncated, _ = env.step(np.ones(2, np.float32))
+        done = terminated or truncated
+    parked_obs, _ = env.reset()  # the autoreset after the last scheduled episode parks
+    assert np.array_equal(parked_obs, obs)
+    for _ in range(3):
+        step_obs, reward, terminated, truncated, _ = env.step(np.ones(2, np.float32))
+        assert np.array_equal(step_obs, obs) and reward == 0.0 and not (terminated or truncated)
+    env.extend_schedule([(None, {"init_state_id": 5})])
+    assert env.step(np.ones(2, np.float32))[3]  # truncated: the parked stretch ends
+    assert env.reset()[1]["init_state_id"] == 5
+    assert env.reset(seed=4)[1]["init_state_id"] == 4  # an explicit reset ends parking
+    _, info = env.reset(options={SCHEDULE_KEY: [], PARK_KEY: True})  # nothing to play
+    assert env.step(np.ones(2, np.float32))[1] == 0.0
+    with pytest.raises(TypeError, match="reset_schedule"):
+        env.reset(options={SCHEDULE_KEY: []})  # empty without parking
+
+
+def test_an_unknown_assignment_is_refused():
+    envs, collector = _collector(2, gain=1.0)
+    try:
+        with pytest.raises(ValueError, match="assignment"):
+            evaluate_on_vector_env(collector, _ReachFactory(), 2, 0, assignment="random")  # type: ignore[arg-type]
+    finally:
+        envs.close()
+
+
+def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp_path, monkeypatch):
+    """learning_curve.png of the LIBERO main job: the full evaluations and the subsets
+    during training all on the held-out axes, the subsets with their own marker and
+    their episode count in the legend."""
+    from matplotlib.axes import Axes
+
+    from .conftest import load_script
+
+    module = load_script("examples/train_libero.py", "train_libero")
+    drawn: list[tuple[Axes, list, dict]] = []
+    plot = Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn.append((self, list(args), kwargs))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+
+    def entry(step: int, rate: float, episodes: int, subset: bool) -> dict[str, Any]:
+        states = [45] if subset else [45, 46]
+        return {
+            "global_step": step,
+            "success_rate": rate,
+            "episodes": float(episodes),
+            "subset": subset,
+            "init_states": states,
+            "success_rate_per_task": [rate, rate],
+        }
+
+    summary = {
+        "evaluations": [
+            entry(0, 0.5, 4, False),
+            entry(100, 0.5, 2, True),
+            entry(200, 1.0, 2, True),
+            entry(300, 0.75, 4, False),
+        ],
+        "eval_episodes": 4,
+        "mode": "finetune",
+        "run_dir": str(tmp_path),
+    }
+    path = module._plot_learning_curve(summary, {}, tmp_path / "learning_curve.png")
+    assert Path(path).stat().st_size > 0
+    held_out = drawn[0][0]
+    labelled = {kw.get("label"): args for ax, args, kw in drawn if ax is held_out}
+    full = next(v for k, v in labelled.items() if k and "before, after: 4 held-out" in k)
+    subset = next(v for k, v in labelled.items() if k and "during training: 2 held-out" in k)
+    assert list(full[0]) == [0, 300] and list(subset[0]) == [100, 200]
+    assert full[2] != subset[2]  # their own marker
+    assert "(1 init state per task)" in next(k for k in labelled if k and "during" in k)
