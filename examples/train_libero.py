@@ -785,7 +785,7 @@ def _bc_control(
     t0 = time.time()
     before = _evaluate_checkpoint(config, factory, str(config.init_checkpoint))
     eval_s = time.time() - t0
-    left = 0.0 if deadline is None else deadline - time.time() - 1.2 * eval_s - 10
+    left = 0.0 if deadline is None else deadline - time.time() - 1.1 * eval_s - 10
     minutes = max(0.1, left / 60)
     bc = _clone(config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes)
     after = _evaluate_checkpoint(config, factory, bc["checkpoint"])

@@ -189,7 +189,7 @@ class TrainConfig:
     """After the final evaluation, record its episode 0 as videos/after.mp4 (played again
     on a rendering env in the trainer's process; needs an offscreen renderer). The
     evaluations before and during training record none."""
-    eval_video_s: float = 40.0
+    eval_video_s: float = 30.0
     """Seconds the final evaluation's video is planned to take when the run has a deadline,
     while none has been recorded in the run (then 1.2 times the one measured)."""
     video_fps: int = 20

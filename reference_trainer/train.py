@@ -206,7 +206,7 @@ def _eval_estimate(
 
     Each env plays ``waves = ceil(episodes / num_envs)`` episodes in turn. The estimate is
     the longest evaluation so far of as many episodes (its video left out; without one,
-    the longest of any size, scaled to ``waves`` of its own) times 1.2, or, if longer,
+    the longest of any size, scaled to ``waves`` of its own) times 1.1, or, if longer,
     every env playing ``waves`` episodes at the longest episode length seen (in env steps)
     at the last rollout's throughput (a policy that got worse plays longer, failing
     episodes). 60 s per wave without any measurement.
@@ -227,7 +227,7 @@ def _eval_estimate(
         worst = waves * longest_episode * num_envs / env_steps_per_s
     if not so_far and not worst:
         return 60.0 * waves
-    return max(1.2 * so_far, worst)
+    return max(1.1 * so_far, worst)
 
 
 def _video_estimate(evaluations: list[dict[str, Any]], config: TrainConfig) -> float:
@@ -885,11 +885,29 @@ def _save_checkpoint(run: _Run, path: Path) -> None:
 # -- summary -------------------------------------------------------------------------------
 
 
+def _final_evaluation(run: _Run) -> dict[str, Any] | None:
+    """The final evaluation; when no iteration ran (the deadline came first), the one
+    before training stands for it instead of playing the same episodes again."""
+    config = run.config
+    if config.eval_episodes <= 0:
+        return None
+    first = run.evaluations[0] if run.evaluations else None
+    if (
+        run.iteration == 0
+        and first is not None
+        and first["iteration"] == 0
+        and int(first["episodes"]) == config.eval_episodes
+    ):
+        logger.info("no training iteration ran: the evaluation before training is the final one")
+        return first
+    return _evaluate(run, video=config.eval_video)
+
+
 def _finish(run: _Run, stopped_early: bool) -> dict[str, Any]:
     """Write the profile, run the final evaluation, save the last checkpoint, summarise."""
     config = run.config
     profile = write_profile(run.profiler, run.run_dir) if run.profiler is not None else None
-    final_eval = _evaluate(run, video=config.eval_video) if config.eval_episodes > 0 else None
+    final_eval = _final_evaluation(run)
     assert run.progress is not None
     run.progress.close("done" if final_eval is None else "done: final evaluation")
     _save_checkpoint(run, run.run_dir / "checkpoints" / CHECKPOINT_NAME)

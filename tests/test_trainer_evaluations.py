@@ -92,6 +92,15 @@ def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
     assert all(int(e["episodes"]) == 2 and e["subset"] for e in during)
 
 
+def test_a_deadline_before_any_iteration_keeps_the_first_evaluation_as_the_final_one(tmp_path):
+    """A deadline already past after the evaluation before training: no iteration runs and
+    the same episodes are not played a second time."""
+    summary = train(_config(tmp_path, deadline=time.time() + 1.0, total_timesteps=10**7))
+    assert summary["global_step"] == 0
+    assert [e["iteration"] for e in summary["evaluations"]] == [0]
+    assert summary["final_eval"]["episodes"] == summary["evaluations"][0]["episodes"] == 4
+
+
 @dataclass
 class _ReachFactory:
     """`ReachEnv` (episodes of 1 to 12 steps) for the trainer: evaluation episode ``j``
