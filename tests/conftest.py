@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
+from pipelined_vec_env.debug_envs import ReachEnv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -177,3 +180,18 @@ def rollout_array_fields() -> tuple[str, ...]:
     return tuple(
         f.name for f in dataclasses.fields(Rollout) if f.name not in ("episodes", "timings")
     )
+
+
+@dataclass
+class ReachFactory:
+    """`ReachEnv` (episodes of 1 to 12 steps) for the trainer: evaluation episode ``j``
+    starts from init state ``j % 10``."""
+
+    steps_per_decision: int = 1
+    steps_info_key: str | None = None
+
+    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
+        return functools.partial(ReachEnv, horizon=12, num_init_states=10)
+
+    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
+        return {"init_state_id": episode % 10}

@@ -5,9 +5,6 @@ and the summary's before/after success keys."""
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +20,9 @@ from reference_trainer.ppo import gaussian_kl
 from reference_trainer.scheduled_resets import ScheduledResets
 from reference_trainer.train import train
 
-from .conftest import tiny_train_config
+from .conftest import ReachFactory, tiny_train_config
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@dataclass
-class ReachFactory:
-    """`ReachEnv` for the trainer: evaluation episode ``j`` starts from init state ``j``."""
-
-    steps_per_decision: int = 1
-    steps_info_key: str | None = None
-
-    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
-        return functools.partial(ReachEnv, horizon=12, num_init_states=10)
-
-    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
-        return {"init_state_id": episode % 10}
 
 
 def _config(tmp_path: Path, name: str, **overrides: Any) -> TrainConfig:

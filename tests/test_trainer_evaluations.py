@@ -5,15 +5,11 @@ assignment of evaluation episodes to the envs."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -27,7 +23,7 @@ from reference_trainer.scheduled_resets import PARK_KEY, SCHEDULE_KEY, Scheduled
 from reference_trainer.train import train
 from reference_trainer.vector_eval import evaluate_on_vector_env
 
-from .conftest import tiny_train_config
+from .conftest import ReachFactory, tiny_train_config
 
 
 def _config(tmp_path: Path, **overrides) -> TrainConfig:
@@ -101,25 +97,10 @@ def test_a_deadline_before_any_iteration_keeps_the_first_evaluation_as_the_final
     assert summary["final_eval"]["episodes"] == summary["evaluations"][0]["episodes"] == 4
 
 
-@dataclass
-class _ReachFactory:
-    """`ReachEnv` (episodes of 1 to 12 steps) for the trainer: evaluation episode ``j``
-    starts from init state ``j % 10``."""
-
-    steps_per_decision: int = 1
-    steps_info_key: str | None = None
-
-    def env_fn(self, index: int, *, render: bool = False) -> Callable[[], gym.Env]:
-        return functools.partial(ReachEnv, horizon=12, num_init_states=10)
-
-    def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
-        return {"init_state_id": episode % 10}
-
-
 def _collector(num_envs: int, gain: float) -> tuple[Any, RolloutCollector]:
     """Envs and a collector whose policy's mean is ``gain * (goal - position)`` on the
     first action entry: episodes of a few steps, longer from init states far apart."""
-    envs = make_vector_env(_ReachFactory(), num_envs, num_stages=2, envs_per_worker=1)
+    envs = make_vector_env(ReachFactory(), num_envs, num_stages=2, envs_per_worker=1)
     agent = ActorCritic(envs.single_observation_space, envs.single_action_space, ())
     with torch.no_grad():
         linear = agent.actor_mean[-1]
@@ -131,7 +112,7 @@ def _collector(num_envs: int, gain: float) -> tuple[Any, RolloutCollector]:
 
 @pytest.mark.parametrize(("num_envs", "episodes"), [(3, 17), (4, 6), (5, 3), (2, 9)])
 def test_dynamic_assignment_gives_the_static_ones_per_episode_results(num_envs, episodes):
-    factory = _ReachFactory()
+    factory = ReachFactory()
     envs, collector = _collector(num_envs, gain=0.6)
     try:
         static, dynamic, static_after, again = (
@@ -179,7 +160,7 @@ def test_an_unknown_assignment_is_refused():
     envs, collector = _collector(2, gain=1.0)
     try:
         with pytest.raises(ValueError, match="assignment"):
-            evaluate_on_vector_env(collector, _ReachFactory(), 2, 0, assignment="random")  # type: ignore[arg-type]
+            evaluate_on_vector_env(collector, ReachFactory(), 2, 0, assignment="random")  # type: ignore[arg-type]
     finally:
         envs.close()
 
