@@ -155,7 +155,7 @@ class LiberoTrainConfig(TrainConfig):
     init_log_std_per_dim: tuple[float, ...] = (-3.0, -3.0, -3.0, -3.9, -3.9, -3.9, -3.9)
     explore_dims: tuple[int, ...] = (0, 1, 2)
     actor_learning_rate: float | None = 3e-5
-    value_warmup_iterations: int = 20
+    value_warmup_iterations: int = 10
     kl_coef: float = 1.0
     kl_decay: float = 1.0
     self_imitation_steps: int = 16
@@ -958,7 +958,9 @@ def _report(summary: dict[str, Any]) -> str:
     if throughput.get("env_steps_per_s_rollout"):
         lines.append(
             f"training:      {summary['global_step']:,} env steps, "
-            f"{throughput['env_steps_per_s_rollout']:.0f} env steps/s in rollouts"
+            f"{throughput['env_steps_per_s_rollout']:.0f} env steps/s in rollouts, "
+            f"{summary.get('iterations', 0)} iterations "
+            f"({summary.get('actor_update_iterations', 0)} after the value warm-up)"
         )
     budget = summary["budget_minutes"]
     lines.append(

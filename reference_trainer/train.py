@@ -204,21 +204,27 @@ def _eval_estimate(
 ) -> float:
     """Seconds the episodes of an evaluation of ``episodes`` may take (a video aside).
 
-    Each env plays ``waves = ceil(episodes / num_envs)`` episodes in turn. The estimate is
-    the longest evaluation so far of as many episodes (its video left out; without one,
-    the longest of any size, scaled to ``waves`` of its own) times 1.1, or, if longer,
-    every env playing ``waves`` episodes at the longest episode length seen (in env steps)
-    at the last rollout's throughput (a policy that got worse plays longer, failing
-    episodes). 60 s per wave without any measurement.
+    With an evaluation of as many episodes measured: the longest such (its video left
+    out) times 1.1, scaled up by how much longer the latest evaluation's episodes ran
+    than the same episodes did in it (a policy that got worse plays longer, failing
+    episodes). Without one: each env plays ``waves = ceil(episodes / num_envs)`` episodes
+    in turn, so the longest evaluation of any size scaled to ``waves`` of its own, times
+    1.1, or, if longer, every env playing ``waves`` episodes at the longest episode length
+    seen (in env steps) at the last rollout's throughput; 60 s per wave without any
+    measurement.
     """
     waves = math.ceil(episodes / num_envs)
     alike = [e for e in evaluations if int(e.get("episodes", 0)) == episodes]
+    if alike:
+        reference = max(alike, key=lambda e: e.get("wall_s", 0.0) - e.get("video_s", 0.0))
+        measured = reference.get("wall_s", 0.0) - reference.get("video_s", 0.0)
+        return 1.1 * measured * _length_growth(reference, evaluations[-1])
     so_far = max(
         (
             (e.get("wall_s", 0.0) - e.get("video_s", 0.0))
             * waves
             / math.ceil(max(1, int(e.get("episodes", 1))) / num_envs)
-            for e in alike or evaluations
+            for e in evaluations
         ),
         default=0.0,
     )
@@ -228,6 +234,15 @@ def _eval_estimate(
     if not so_far and not worst:
         return 60.0 * waves
     return max(1.1 * so_far, worst)
+
+
+def _length_growth(reference: dict[str, Any], latest: dict[str, Any]) -> float:
+    """How many times longer (at least 1) the ``latest`` evaluation's episodes ran than
+    the same episodes (its first ones) in ``reference``; 1 without per-episode lengths."""
+    now, then = latest.get("lengths"), reference.get("lengths")
+    if latest is reference or not now or not then or len(then) < len(now):
+        return 1.0
+    return max(1.0, sum(now) / max(1, sum(then[: len(now)])))
 
 
 def _video_estimate(evaluations: list[dict[str, Any]], config: TrainConfig) -> float:
@@ -831,6 +846,7 @@ def _evaluate(
     entry["wall_s"] = time.perf_counter() - eval_start
     entry["video_s"] = video_s
     entry["length_max"] = max(result.lengths, default=0)
+    entry["lengths"] = [int(n) for n in result.lengths]
     if result.successes is not None:
         entry["successes"] = [bool(v) for v in result.successes]
     run.evaluations.append(entry)
@@ -960,6 +976,8 @@ def _summary(
         "num_envs": config.num_envs,
         "num_stages": config.num_stages,
         "iterations": iteration,
+        # iterations that updated the actor (the value warm-up trains the critic alone)
+        "actor_update_iterations": max(0, iteration - config.value_warmup_iterations),
         "global_step": global_step,
         "wall_s": wall_s,
         "stopped_early": stopped_early,
