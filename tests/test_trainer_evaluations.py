@@ -214,3 +214,20 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     assert list(full[0]) == [0, 300] and list(subset[0]) == [100, 200]
     assert full[2] != subset[2]  # their own marker
     assert "(1 init state per task)" in next(k for k in labelled if k and "during" in k)
+
+
+def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_lengths():
+    """With a full evaluation measured, the next one is planned from it (times 1.1), longer
+    when the latest evaluation's episodes ran longer than the same episodes did in it, and
+    not from the last rollout's throughput (low after an evaluation's resets)."""
+    from reference_trainer.train import _eval_estimate
+
+    full = {"episodes": 4, "wall_s": 110.0, "video_s": 10.0, "lengths": [10, 10, 20, 20]}
+    same = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [10, 10]}
+    longer = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [15, 15]}
+    slow_rollout = 1.0  # env steps/s: the worst case from it, 2 waves * 20 steps * 2 envs = 80 s
+    assert _eval_estimate([full], 4, 2, 20, slow_rollout) == pytest.approx(110.0)
+    assert _eval_estimate([full, same], 4, 2, 20, slow_rollout) == pytest.approx(110.0)
+    assert _eval_estimate([full, longer], 4, 2, 20, slow_rollout) == pytest.approx(165.0)
+    # nothing of that size measured yet: the worst case at the rollout's throughput
+    assert _eval_estimate([same], 4, 2, 20, slow_rollout) == pytest.approx(80.0)
