@@ -11,6 +11,7 @@ with ``render_mode="rgb_array"``.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,11 @@ def _run_episode(
     steps_info_key: str | None,
     steps_per_decision: int,
     frames: list[np.ndarray] | None = None,
+    stop_at: float | None = None,
 ) -> tuple[float, int, bool | None]:
+    """One deterministic episode: (return, length in env steps, success or None). With
+    ``stop_at`` (a ``time.perf_counter()`` value) the episode ends early, as truncated,
+    once that time has passed."""
     space = env.action_space
     assert isinstance(space, gym.spaces.Box)
     obs, info = env.reset(seed=seed, options=options)
@@ -93,7 +98,7 @@ def _run_episode(
         if "is_success" in info:
             reports = True
             success |= bool(info["is_success"])
-        if terminated or truncated:
+        if terminated or truncated or (stop_at is not None and time.perf_counter() >= stop_at):
             return total, length, (success if reports else None)
 
 
@@ -147,6 +152,7 @@ def record_video(
     path: Path,
     eval_seed: int,
     fps: int,
+    max_s: float | None = None,
 ) -> str | None:
     """Record evaluation episode 0 as an mp4.
 
@@ -160,6 +166,8 @@ def record_video(
         path: the mp4 to write (parent directories are created).
         eval_seed: the seed of evaluation episode 0.
         fps: frames per second.
+        max_s: seconds the recording may take (None: no limit); past them the episode's
+            video ends where it is (a warning says so), so a deadline holds.
 
     Returns:
         The path written, or None if rendering or encoding failed.
@@ -169,6 +177,8 @@ def record_video(
     try:
         import imageio.v2 as imageio
 
+        start = time.perf_counter()
+        stop_at = None if max_s is None else start + max_s
         env = factory.env_fn(0, render=True)()
         _run_episode(
             env,
@@ -179,7 +189,12 @@ def record_video(
             factory.steps_info_key,
             factory.steps_per_decision,
             frames,
+            stop_at,
         )
+        if stop_at is not None and time.perf_counter() >= stop_at:
+            logger.warning(
+                "evaluation video cut at %d frames: its %.0f s ran out", len(frames), max_s
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         imageio.mimsave(path, [np.ascontiguousarray(f, dtype=np.uint8) for f in frames], fps=fps)
         return str(path)

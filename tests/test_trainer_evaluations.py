@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -217,7 +218,7 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
 
 
 def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_lengths():
-    """With a full evaluation measured, the next one is planned from it (times 1.1), longer
+    """With a full evaluation measured, the next one is planned from it (times 1.2), longer
     when the latest evaluation's episodes ran longer than the same episodes did in it, and
     not from the last rollout's throughput (low after an evaluation's resets)."""
     from reference_trainer.train import _eval_estimate
@@ -226,8 +227,42 @@ def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_l
     same = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [10, 10]}
     longer = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [15, 15]}
     slow_rollout = 1.0  # env steps/s: the worst case from it, 2 waves * 20 steps * 2 envs = 80 s
-    assert _eval_estimate([full], 4, 2, 20, slow_rollout) == pytest.approx(110.0)
-    assert _eval_estimate([full, same], 4, 2, 20, slow_rollout) == pytest.approx(110.0)
-    assert _eval_estimate([full, longer], 4, 2, 20, slow_rollout) == pytest.approx(165.0)
+    assert _eval_estimate([full], 4, 2, 20, slow_rollout) == pytest.approx(120.0)
+    assert _eval_estimate([full, same], 4, 2, 20, slow_rollout) == pytest.approx(120.0)
+    assert _eval_estimate([full, longer], 4, 2, 20, slow_rollout) == pytest.approx(180.0)
     # nothing of that size measured yet: the worst case at the rollout's throughput
     assert _eval_estimate([same], 4, 2, 20, slow_rollout) == pytest.approx(80.0)
+
+
+class _SlowFrames(gym.Wrapper):
+    """ReachEnv that never ends before its horizon (the goal is out of reach) and takes
+    10 ms per rendered frame."""
+
+    def step(self, action):
+        obs, reward, _, truncated, info = self.env.step(np.zeros_like(action))
+        return obs, reward, False, truncated, {**info, "is_success": False}
+
+    def render(self):
+        time.sleep(0.01)
+        return np.zeros((16, 16, 3), dtype=np.uint8)
+
+
+class _SlowVideoFactory(ReachFactory):
+    def env_fn(self, index: int, *, render: bool = False):
+        return lambda: _SlowFrames(ReachEnv(horizon=2000, num_init_states=10))
+
+
+def test_a_video_with_a_time_limit_ends_there_and_is_still_written(tmp_path):
+    """The final evaluation's video under a deadline: the episode (2000 steps of 10 ms
+    frames, 20 s) is cut once its 0.5 s have passed, and what was recorded is saved."""
+    import imageio.v2 as imageio
+
+    from reference_trainer.evaluation import record_video
+
+    env = ReachEnv()
+    agent = ActorCritic(env.observation_space, env.action_space, ())
+    path = tmp_path / "after.mp4"
+    written = record_video(agent, _SlowVideoFactory(), torch.device("cpu"), path, 0, 20, 0.5)
+    assert written == str(path) and path.stat().st_size > 0
+    frames = imageio.mimread(path)
+    assert 2 <= len(frames) < 1000
