@@ -125,12 +125,14 @@ class TrainingBar:
 
         tqdm draws a bar a last time as it closes it, so the label (and a time bar's
         clock) is set without a draw of its own: written to a file, where every draw
-        stays, the closing line appears once."""
+        stays, the closing line appears once. A time bar ends at the seconds the run
+        took, out of its budget (or of the seconds taken, when they passed it)."""
         if label is not None and not self._bar.disable:
             self._bar.set_description(label, refresh=False)
             if self.by_time:
-                # the run is over: the bar ends full at the seconds it took
-                self._to_now()
-                self._bar.total = self._bar.n = max(1, self._bar.n)  # full, under 1 s too
+                # the run is over: the seconds it took of the seconds it had (a run that
+                # stopped early for its final evaluation shows the budget it left unused)
+                self._bar.n = round(time.monotonic() - self._start)
+                self._bar.total = max(self._bar.total, self._bar.n)
         self._bar.close()
         self._redirect.close()

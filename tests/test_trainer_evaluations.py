@@ -215,6 +215,8 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     assert list(full[0]) == [0, 300] and list(subset[0]) == [100, 200]
     assert full[2] != subset[2]  # their own marker
     assert "(1 init state per task)" in next(k for k in labelled if k and "during" in k)
+    lines = [args for ax, args, kw in drawn if ax is held_out and "-" in args[2:3]]
+    assert [list(args[0]) for args in lines] == [[0, 300]]  # the subsets are off the line
 
 
 def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_lengths():
@@ -266,3 +268,34 @@ def test_a_video_with_a_time_limit_ends_there_and_is_still_written(tmp_path):
     assert written == str(path) and path.stat().st_size > 0
     frames = imageio.mimread(path)
     assert 2 <= len(frames) < 1000
+
+
+def test_the_per_task_picture_writes_each_bar_s_value_so_a_task_at_zero_shows(
+    tmp_path, monkeypatch
+):
+    from matplotlib.axes import Axes
+
+    from .conftest import load_script
+
+    module = load_script("examples/train_libero.py", "train_libero")
+    written: list[str] = []
+    text = Axes.text
+
+    def spy(self, x, y, s, *args, **kwargs):
+        written.append(s)
+        return text(self, x, y, s, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "text", spy)
+    summary = {
+        "eval_success_rate_per_task_initial": [0.0, 0.4],
+        "eval_success_rate_per_task_final": [0.0, 1.0],
+        "eval_success_rate_initial": 0.2,
+        "eval_success_rate_final": 0.5,
+        "eval_episodes": 10,
+        "tasks": [0, 1],
+        "language_instructions": ["open the drawer", "close it"],
+        "mode": "finetune",
+    }
+    path = module._plot_per_task(summary, tmp_path / "per_task.png")
+    assert Path(path).stat().st_size > 0
+    assert sorted(written) == ["0.0", "0.0", "0.4", "1.0"]

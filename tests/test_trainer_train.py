@@ -140,6 +140,9 @@ def test_log_lines_print_on_their_own_line_while_the_bar_is_open(capsys):
     assert "a log line" in lines  # alone, not run on from the bar's text
     assert any("train" in line and "steps=32" in line for line in lines)
     assert root.handlers.count(console) == 0 and console not in root.handlers
+    # the closing line: the seconds taken out of the 60 the run had, not a bar made full
+    closing = [line for line in lines if line.startswith("done")]
+    assert closing and "| 0/60 s" in closing[-1], lines[-3:]
 
 
 def test_the_run_directory_keeps_the_log(tmp_path, caplog):
