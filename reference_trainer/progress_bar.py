@@ -49,6 +49,7 @@ class TrainingBar:
         self._steps = initial_steps
         self._postfix: dict[str, Any] = {}
         self._desc = desc
+        self._budget_s = budget_s or 0.0
         if self.by_time:
             assert budget_s is not None
             self._bar = tqdm(
@@ -132,7 +133,9 @@ class TrainingBar:
             if self.by_time:
                 # the run is over: the seconds it took of the seconds it had (a run that
                 # stopped early for its final evaluation shows the budget it left unused)
-                self._bar.n = round(time.monotonic() - self._start)
-                self._bar.total = max(self._bar.total, self._bar.n)
+                elapsed = time.monotonic() - self._start
+                self._bar.n = round(elapsed)
+                if elapsed >= self._budget_s:  # it ran to (or past) its budget: full
+                    self._bar.total = self._bar.n = max(1, self._bar.n)
         self._bar.close()
         self._redirect.close()

@@ -82,7 +82,7 @@ def test_time_budget_stops_training_and_still_evaluates(tmp_path, capsys):
     # a run that ends on the clock counts seconds of its budget, with the env steps beside
     assert " s, steps=32" in err and "step/s" not in err
     # the final evaluation still shows on the bar (episodes beside the seconds, not in the
-    # label), which then closes labelled and full
+    # label), which then closes labelled, full as the run passed its budget
     assert "eval at iteration 1" in err and "1/1 evaluation episodes" in err
     assert "episodes)" not in err
     assert "done: final evaluation: 100%" in err
