@@ -53,6 +53,10 @@ __all__ = ["resolve_device", "run_directory", "train"]
 
 logger = logging.getLogger(__name__)
 
+FINISH_MARGIN_S = 5.0
+"""Seconds a deadline keeps spare after the final evaluation (its video included) to save
+the run: checkpoint, summary, pictures."""
+
 
 def resolve_device(name: str) -> torch.device:
     """Map ``"auto"`` to CUDA when available, else CPU.
@@ -192,7 +196,7 @@ def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:
 
 def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> bool:
     """True when one more iteration and a final evaluation would end after ``deadline``."""
-    return time.time() + iteration_s + final_eval_s + 5.0 >= deadline
+    return time.time() + iteration_s + final_eval_s + FINISH_MARGIN_S >= deadline
 
 
 def _eval_estimate(
@@ -206,9 +210,9 @@ def _eval_estimate(
 
     With an evaluation of as many episodes measured: the longest such (its video left
     out) times 1.2 (one evaluation of 50 episodes took 1.4 times another of the same
-    episodes, alone on a 2-core host), scaled up by how much longer the latest evaluation's episodes ran
-    than the same episodes did in it (a policy that got worse plays longer, failing
-    episodes). Without one: each env plays ``waves = ceil(episodes / num_envs)`` episodes
+    episodes, alone on a 2-core host), scaled up by how much longer the latest
+    evaluation's episodes ran than the same episodes did in it (a policy that got worse
+    plays longer, failing episodes). Without one: each env plays ``waves = ceil(episodes / num_envs)`` episodes
     in turn, so the longest evaluation of any size scaled to ``waves`` of its own, times
     1.1, or, if longer, every env playing ``waves`` episodes at the longest episode length
     seen (in env steps) at the last rollout's throughput; 60 s per wave without any
@@ -764,7 +768,7 @@ def _evaluation_due(run: _Run, evaluated_at: float, needed_s: float) -> bool:
         return False
     if time.perf_counter() - evaluated_at < 60 * config.eval_every_minutes:
         return False
-    return config.deadline is None or time.time() + needed_s + 5.0 < config.deadline
+    return config.deadline is None or time.time() + needed_s + FINISH_MARGIN_S < config.deadline
 
 
 def _stop_reason(run: _Run) -> str | None:
@@ -830,7 +834,9 @@ def _evaluate(
         )
     video_start = time.perf_counter()
     # under a deadline the video gets what is left of it (less the margin to save the run)
-    video_max_s = None if config.deadline is None else config.deadline - time.time() - 5.0
+    video_max_s = (
+        None if config.deadline is None else config.deadline - time.time() - FINISH_MARGIN_S
+    )
     if video and video_max_s is not None and video_max_s < 1.0:
         logger.warning("no evaluation video: the deadline has passed")
     elif video:
