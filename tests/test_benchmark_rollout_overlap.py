@@ -17,7 +17,7 @@ def _load_script() -> ModuleType:
     return load_script("benchmarks/rollout_overlap.py", "benchmarks_rollout_overlap")
 
 
-def test_ideal_rate_is_issue_14s_bound():
+def test_the_ideal_rate_is_the_cores_bound_on_env_steps_and_observation_work():
     bench = _load_script()
     # 4 envs, 4 ms CPU per step, 2 ms per observation, 2 cores
     assert bench.ideal_rate(4, 1, 0.004, 0.002, 2) == pytest.approx(4 / 0.024)  # k*Te + k*B
