@@ -85,3 +85,35 @@ def test_result_file_names_name_no_run_or_working_period():
         if BANNED_FILE_NAME.search(p.name)
     ]
     assert not bad, "result files named after runs or working periods: " + ", ".join(bad)
+
+
+# Code (comments, docstrings, names, benchmark output) speaks of the project only too;
+# "helper" and "a session" mean other things there.
+BANNED_IN_CODE = re.compile(
+    r"(?<![a-z])issues?[ _#-]?\d+"
+    r"|\bsessions? \d"
+    r"|\b(this|last|next) session\b"
+    r"|heavy-run lock",
+    re.IGNORECASE,
+)
+
+
+def test_code_names_no_working_period_or_issue_number():
+    assert BANNED_IN_CODE.search("def test_ideal_rate_is_issue_14s_bound():")
+    assert not BANNED_IN_CODE.search("one session's share of the CPU; tissue")
+    problems = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for folder in (
+            "pipelined_vec_env",
+            "reference_trainer",
+            "benchmarks",
+            "examples",
+            "scripts",
+            "tests",
+        )
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != Path(__file__).resolve()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if BANNED_IN_CODE.search(ALLOWED.sub("", line))
+    ]
+    assert not problems, "\n".join(problems)

@@ -413,7 +413,7 @@ def test_overhead_benchmark_runs(ray_local, tmp_path):
     (row,) = result["rows"]
     assert (row["num_envs"], row["workers"], row["obs_bytes"]) == (2, 1, 84 * 84 * 3)
     assert row["ray_us_per_step"] > 0 and row["multiprocessing_us_per_step"] > 0
-    assert output.exists() and ray.is_initialized()  # it used this session, left it running
+    assert output.exists() and ray.is_initialized()  # it used this Ray session, left it running
 
 
 @pytest.mark.slow
