@@ -624,7 +624,9 @@ def _train_loop(run: _Run) -> dict[str, Any]:
         if config.checkpoint_every and run.iteration % config.checkpoint_every == 0:
             _save_checkpoint(run, run.run_dir / "checkpoints" / CHECKPOINT_NAME)
         during_s = _eval_estimate(run.evaluations, during, config.num_envs, longest, recent_sps)
-        if _evaluation_due(run, evaluated_at, during_s + final_eval_s + iteration_s):
+        # room for two more iterations after it: one run right before the final evaluation
+        # (an evaluation took 1.6 times its plan) would tell nothing the final does not
+        if _evaluation_due(run, evaluated_at, during_s + final_eval_s + 2 * iteration_s):
             _evaluate(run, video=False, then_train=True, episodes=during)
             evaluated_at = time.perf_counter()
         iteration_s = time.perf_counter() - iteration_start

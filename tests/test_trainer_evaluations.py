@@ -87,6 +87,8 @@ def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
     during = summary["evaluations"][1:-1]
     assert during, "no evaluation during training"
     assert all(int(e["episodes"]) == 2 and e["subset"] for e in during)
+    # none right before the final evaluation: training went on after the last one
+    assert during[-1]["iteration"] < summary["evaluations"][-1]["iteration"]
 
 
 def test_a_deadline_before_any_iteration_keeps_the_first_evaluation_as_the_final_one(tmp_path):

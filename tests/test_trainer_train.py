@@ -10,6 +10,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -409,7 +410,9 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     """Two tasks under one policy, end to end: per-task rates and instructions in the
     summary (its pinned keys first, the curves in curves.json), per_task.png, an
     evaluation during training on the first held-out init state of each task (the full
-    ones before and after), and no evaluation init state among the training ones."""
+    ones before and after), no evaluation init state among the training ones, and the
+    budget counted from the process's start (imports included)."""
+    launched = time.time()
     result = _run_script(
         tiny_libero_args(
             tmp_path,
@@ -445,6 +448,7 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
         "eval_success_rate_per_task_final",
     ]
     assert summary["tasks"] == [0, 1] and summary["eval_episodes"] == 4
+    assert launched - 1.0 <= summary["started_at"] <= launched + 1.0  # not after the imports
     assert [len(summary[f"eval_success_rate_per_task_{w}"]) for w in ("initial", "final")] == [2, 2]
     assert (
         np.mean(summary["eval_success_rate_per_task_final"]) == summary["eval_success_rate_final"]
