@@ -192,7 +192,8 @@ class TrainConfig:
     eval_video_s: float = 30.0
     """Seconds the final evaluation's video is planned to take when the run has a deadline,
     while none has been recorded in the run (then 1.2 times the one measured). The video
-    itself gets what is left before the deadline (less 5 s) and is cut there."""
+    itself gets what is left before the deadline (less the trainer's FINISH_MARGIN_S,
+    5 s) and is cut there."""
     video_fps: int = 20
     """Frames per second of evaluation videos."""
     max_minutes: float | None = None

@@ -212,11 +212,11 @@ def _eval_estimate(
     out) times 1.2 (one evaluation of 50 episodes took 1.4 times another of the same
     episodes, alone on a 2-core host), scaled up by how much longer the latest
     evaluation's episodes ran than the same episodes did in it (a policy that got worse
-    plays longer, failing episodes). Without one: each env plays ``waves = ceil(episodes / num_envs)`` episodes
-    in turn, so the longest evaluation of any size scaled to ``waves`` of its own, times
-    1.1, or, if longer, every env playing ``waves`` episodes at the longest episode length
-    seen (in env steps) at the last rollout's throughput; 60 s per wave without any
-    measurement.
+    plays longer, failing episodes). Without one: each env plays
+    ``waves = ceil(episodes / num_envs)`` episodes in turn, so the longest evaluation of
+    any size scaled to ``waves`` of its own, times 1.1, or, if longer, every env playing
+    ``waves`` episodes at the longest episode length seen (in env steps) at the last
+    rollout's throughput; 60 s per wave without any measurement.
     """
     waves = math.ceil(episodes / num_envs)
     alike = [e for e in evaluations if int(e.get("episodes", 0)) == episodes]
