@@ -59,7 +59,7 @@ from reference_trainer.libero_tasks import (
     expert_for,
 )
 from reference_trainer.run_log import LOG_FORMAT, RunLog
-from reference_trainer.train import run_directory, train
+from reference_trainer.train import FINISH_MARGIN_S, eval_estimate, run_directory, train
 
 SUMMARY_KEYS = ("eval_success_rate_initial", "eval_success_rate_final", "eval_episodes")
 """Keys of ``summary.json`` that outside checks read (the suite's mean and episode count)."""
@@ -739,7 +739,8 @@ def _finish(
 def _evaluate_checkpoint(
     config: LiberoTrainConfig, factory: LiberoEnvFactory, checkpoint: str
 ) -> dict[str, Any]:
-    """Evaluate a BC checkpoint as the trainer does: on a 2-stage vector env's workers."""
+    """Evaluate a BC checkpoint as the trainer does: on a 2-stage vector env's workers.
+    Its ``wall_s`` counts the workers' start (building LIBERO envs takes seconds) too."""
     import torch
 
     from reference_trainer.agent import ActorCritic
@@ -749,6 +750,7 @@ def _evaluate_checkpoint(
     from reference_trainer.vector_eval import evaluate_on_vector_env
 
     device = torch.device("cpu")
+    t0 = time.perf_counter()
     envs = make_vector_env(
         factory,
         config.num_envs,
@@ -770,7 +772,6 @@ def _evaluate_checkpoint(
             steps_info_key=factory.steps_info_key,
             steps_per_decision=factory.steps_per_decision,
         )
-        t0 = time.perf_counter()
         result = evaluate_on_vector_env(collector, factory, config.eval_episodes, config.eval_seed)
     finally:
         envs.close()
@@ -790,8 +791,9 @@ def _bc_control(
     """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate."""
     t0 = time.time()
     before = _evaluate_checkpoint(config, factory, str(config.init_checkpoint))
-    eval_s = time.time() - t0
-    left = 0.0 if deadline is None else deadline - time.time() - 1.1 * eval_s - 10
+    # the evaluation after BC is planned as the trainer plans its final one
+    after_s = eval_estimate([before], int(before["episodes"]), config.num_envs, 0, None)
+    left = 0.0 if deadline is None else deadline - time.time() - after_s - FINISH_MARGIN_S
     minutes = max(0.1, left / 60)
     bc = _clone(config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes)
     after = _evaluate_checkpoint(config, factory, bc["checkpoint"])

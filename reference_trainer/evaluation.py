@@ -14,7 +14,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -62,6 +62,16 @@ def _single_obs_batch(obs: Any) -> Any:
     return np.asarray(obs)[None]
 
 
+class _Episode(NamedTuple):
+    """One episode's outcome: return, length in env steps, success (None: the env does not
+    report it) and whether ``stop_at`` ended it before the env did."""
+
+    total: float
+    length: int
+    success: bool | None
+    cut: bool
+
+
 def _run_episode(
     env: gym.Env,
     agent: ActorCritic,
@@ -72,10 +82,9 @@ def _run_episode(
     steps_per_decision: int,
     frames: list[np.ndarray] | None = None,
     stop_at: float | None = None,
-) -> tuple[float, int, bool | None]:
-    """One deterministic episode: (return, length in env steps, success or None). With
-    ``stop_at`` (a ``time.perf_counter()`` value) the episode ends early, as truncated,
-    once that time has passed."""
+) -> _Episode:
+    """One deterministic episode. With ``stop_at`` (a ``time.perf_counter()`` value) the
+    episode ends early, as truncated and ``cut``, once that time has passed."""
     space = env.action_space
     assert isinstance(space, gym.spaces.Box)
     obs, info = env.reset(seed=seed, options=options)
@@ -98,8 +107,10 @@ def _run_episode(
         if "is_success" in info:
             reports = True
             success |= bool(info["is_success"])
-        if terminated or truncated or (stop_at is not None and time.perf_counter() >= stop_at):
-            return total, length, (success if reports else None)
+        ended = bool(terminated or truncated)
+        cut = not ended and stop_at is not None and time.perf_counter() >= stop_at
+        if ended or cut:
+            return _Episode(total, length, success if reports else None, cut)
 
 
 def evaluate(
@@ -126,7 +137,7 @@ def evaluate(
     successes: list[bool | None] = []
     try:
         for j in range(episodes):
-            ret, length, success = _run_episode(
+            episode = _run_episode(
                 env,
                 agent,
                 device,
@@ -135,9 +146,9 @@ def evaluate(
                 factory.steps_info_key,
                 factory.steps_per_decision,
             )
-            result.returns.append(ret)
-            result.lengths.append(length)
-            successes.append(success)
+            result.returns.append(episode.total)
+            result.lengths.append(episode.length)
+            successes.append(episode.success)
     finally:
         env.close()
     if successes and all(s is not None for s in successes):
@@ -180,7 +191,7 @@ def record_video(
         start = time.perf_counter()
         stop_at = None if max_s is None else start + max_s
         env = factory.env_fn(0, render=True)()
-        _run_episode(
+        episode = _run_episode(
             env,
             agent,
             device,
@@ -191,7 +202,7 @@ def record_video(
             frames,
             stop_at,
         )
-        if stop_at is not None and time.perf_counter() >= stop_at:
+        if episode.cut:
             logger.warning(
                 "evaluation video cut at %d frames: its %.0f s ran out", len(frames), max_s
             )

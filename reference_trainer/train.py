@@ -199,7 +199,7 @@ def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> 
     return time.time() + iteration_s + final_eval_s + FINISH_MARGIN_S >= deadline
 
 
-def _eval_estimate(
+def eval_estimate(
     evaluations: list[dict[str, Any]],
     episodes: int,
     num_envs: int,
@@ -597,7 +597,7 @@ def _train_loop(run: _Run) -> dict[str, Any]:
     longest = max((int(e.get("length_max", 0)) for e in run.evaluations), default=0)
     during = _during_episodes(config)
     while run.iteration < run.num_iterations:
-        final_eval_s = _eval_estimate(
+        final_eval_s = eval_estimate(
             run.evaluations, config.eval_episodes, config.num_envs, longest, recent_sps
         ) + _video_estimate(run.evaluations, config)
         if config.deadline is not None and _past_deadline(
@@ -623,7 +623,7 @@ def _train_loop(run: _Run) -> dict[str, Any]:
             recent_sps = rollout.timings.env_steps / rollout.timings.rollout_s
         if config.checkpoint_every and run.iteration % config.checkpoint_every == 0:
             _save_checkpoint(run, run.run_dir / "checkpoints" / CHECKPOINT_NAME)
-        during_s = _eval_estimate(run.evaluations, during, config.num_envs, longest, recent_sps)
+        during_s = eval_estimate(run.evaluations, during, config.num_envs, longest, recent_sps)
         # room for two more iterations after it: one run right before the final evaluation
         # (an evaluation took 1.6 times its plan) would tell nothing the final does not
         if _evaluation_due(run, evaluated_at, during_s + final_eval_s + 2 * iteration_s):

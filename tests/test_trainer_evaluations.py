@@ -225,17 +225,17 @@ def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_l
     """With a full evaluation measured, the next one is planned from it (times 1.2), longer
     when the latest evaluation's episodes ran longer than the same episodes did in it, and
     not from the last rollout's throughput (low after an evaluation's resets)."""
-    from reference_trainer.train import _eval_estimate
+    from reference_trainer.train import eval_estimate
 
     full = {"episodes": 4, "wall_s": 110.0, "video_s": 10.0, "lengths": [10, 10, 20, 20]}
     same = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [10, 10]}
     longer = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [15, 15]}
     slow_rollout = 1.0  # env steps/s: the worst case from it, 2 waves * 20 steps * 2 envs = 80 s
-    assert _eval_estimate([full], 4, 2, 20, slow_rollout) == pytest.approx(120.0)
-    assert _eval_estimate([full, same], 4, 2, 20, slow_rollout) == pytest.approx(120.0)
-    assert _eval_estimate([full, longer], 4, 2, 20, slow_rollout) == pytest.approx(180.0)
+    assert eval_estimate([full], 4, 2, 20, slow_rollout) == pytest.approx(120.0)
+    assert eval_estimate([full, same], 4, 2, 20, slow_rollout) == pytest.approx(120.0)
+    assert eval_estimate([full, longer], 4, 2, 20, slow_rollout) == pytest.approx(180.0)
     # nothing of that size measured yet: the worst case at the rollout's throughput
-    assert _eval_estimate([same], 4, 2, 20, slow_rollout) == pytest.approx(80.0)
+    assert eval_estimate([same], 4, 2, 20, slow_rollout) == pytest.approx(80.0)
 
 
 class _SlowFrames(gym.Wrapper):
@@ -256,9 +256,10 @@ class _SlowVideoFactory(ReachFactory):
         return lambda: _SlowFrames(ReachEnv(horizon=2000, num_init_states=10))
 
 
-def test_a_video_with_a_time_limit_ends_there_and_is_still_written(tmp_path):
+def test_a_video_with_a_time_limit_ends_there_and_is_still_written(tmp_path, caplog):
     """The final evaluation's video under a deadline: the episode (2000 steps of 10 ms
-    frames, 20 s) is cut once its 0.5 s have passed, and what was recorded is saved."""
+    frames, 20 s) is cut once its 0.5 s have passed, what was recorded is saved, and the
+    log says it was cut."""
     import imageio.v2 as imageio
 
     from reference_trainer.evaluation import record_video
@@ -266,10 +267,34 @@ def test_a_video_with_a_time_limit_ends_there_and_is_still_written(tmp_path):
     env = ReachEnv()
     agent = ActorCritic(env.observation_space, env.action_space, ())
     path = tmp_path / "after.mp4"
-    written = record_video(agent, _SlowVideoFactory(), torch.device("cpu"), path, 0, 20, 0.5)
+    with caplog.at_level("WARNING", logger="reference_trainer.evaluation"):
+        written = record_video(agent, _SlowVideoFactory(), torch.device("cpu"), path, 0, 20, 0.5)
     assert written == str(path) and path.stat().st_size > 0
     frames = imageio.mimread(path)
     assert 2 <= len(frames) < 1000
+    assert "video cut at" in caplog.text
+
+
+class _FastVideoFactory(ReachFactory):
+    def env_fn(self, index: int, *, render: bool = False):
+        return lambda: _SlowFrames(ReachEnv(horizon=5, num_init_states=10))
+
+
+def test_a_video_that_ends_within_its_limit_is_not_reported_cut(tmp_path, caplog):
+    """An episode that ends by itself (5 steps, 60 ms of frames) inside its 30 s is whole:
+    no cut is logged and every frame (the reset's and one per step) is written."""
+    import imageio.v2 as imageio
+
+    from reference_trainer.evaluation import record_video
+
+    env = ReachEnv()
+    agent = ActorCritic(env.observation_space, env.action_space, ())
+    path = tmp_path / "after.mp4"
+    with caplog.at_level("WARNING", logger="reference_trainer.evaluation"):
+        written = record_video(agent, _FastVideoFactory(), torch.device("cpu"), path, 0, 20, 30.0)
+    assert written == str(path)
+    assert len(imageio.mimread(path)) == 6
+    assert "video cut" not in caplog.text
 
 
 def test_the_per_task_picture_writes_each_bar_s_value_so_a_task_at_zero_shows(

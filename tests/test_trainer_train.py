@@ -406,6 +406,42 @@ def test_train_libero_main_job_tiny(tmp_path):
 
 @_needs_libero
 @pytest.mark.timeout(600)
+def test_train_libero_bc_control_tiny_keeps_its_budget(tmp_path):
+    """--bc-control, shrunk: demos -> BC -> evaluate -> longer BC for what the budget leaves
+    after an evaluation planned as the trainer plans its final one -> evaluate, the whole
+    command within its 1.5 minutes (the imports included)."""
+    launched = time.time()
+    budget_minutes = 1.5
+    result = _run_script(
+        tiny_libero_args(
+            tmp_path,
+            "--bc-control",
+            "--budget-minutes",
+            str(budget_minutes),
+            "--demo-init-states",
+            "0:2",
+            "--train-init-states",
+            "0:2",
+            "--bc-max-epochs",
+            "3",
+            "--run-name",
+            "control",
+            eval_init_states="30:32",
+        ),
+        timeout=580,
+    )
+    ended = time.time()
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "control" / "summary.json").read_text())
+    assert summary["mode"] == "bc_control" and summary["eval_episodes"] == 2
+    before, after = summary["evaluations"]
+    assert after["label"] == "after longer BC" and before["episodes"] == after["episodes"] == 2
+    assert summary["bc_long"]["minutes"] > 0 and summary["global_step"] == 0
+    assert ended - launched <= 60 * budget_minutes + 5  # the interpreter's exit after it
+
+
+@_needs_libero
+@pytest.mark.timeout(600)
 def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     """Two tasks under one policy, end to end: per-task rates and instructions in the
     summary (its pinned keys first, the curves in curves.json), per_task.png, an
