@@ -353,6 +353,17 @@ _needs_libero = pytest.mark.skipif(
 )
 
 
+# demos from init states 0-1, training on them, BC of 3 epochs: the tiny jobs' warm start
+_TINY_WARM_START = (
+    "--demo-init-states",
+    "0:2",
+    "--train-init-states",
+    "0:2",
+    "--bc-max-epochs",
+    "3",
+)
+
+
 @_needs_libero
 @pytest.mark.timeout(600)
 def test_train_libero_main_job_tiny(tmp_path):
@@ -362,12 +373,7 @@ def test_train_libero_main_job_tiny(tmp_path):
             tmp_path,
             "--value-warmup-iterations",
             "1",
-            "--demo-init-states",
-            "0:2",
-            "--train-init-states",
-            "0:2",
-            "--bc-max-epochs",
-            "3",
+            *_TINY_WARM_START,
             "--run-name",
             "job",
             total_timesteps=16,
@@ -418,12 +424,7 @@ def test_train_libero_bc_control_tiny_keeps_its_budget(tmp_path):
             "--bc-control",
             "--budget-minutes",
             str(budget_minutes),
-            "--demo-init-states",
-            "0:2",
-            "--train-init-states",
-            "0:2",
-            "--bc-max-epochs",
-            "3",
+            *_TINY_WARM_START,
             "--run-name",
             "control",
             eval_init_states="30:32",
