@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["cpu_model", "package_versions", "write_results"]
+__all__ = ["cpu_model", "git_commit", "package_versions", "write_results"]
 
 
 def cpu_model() -> str:
@@ -22,6 +23,20 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def git_commit(repo: Path) -> str:
+    """The short commit hash of ``repo``'s HEAD, or ``"unknown"`` outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip()
 
 
 def package_versions(names: Iterable[str]) -> dict[str, str | None]:

