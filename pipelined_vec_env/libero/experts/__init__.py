@@ -57,6 +57,10 @@ _FACTORIES: dict[str, dict[int, Callable[[], Expert]]] = {
     "libero_object": {t: PickPlaceExpert for t in range(10)},
     "libero_spatial": {
         **{t: (lambda: PickPlaceExpert(**_SPATIAL)) for t in range(10)},
+        # the bowl in the top drawer: the drawer's front panel and the cabinet leave no room
+        # for a finger beside the rim along y; turn the hand so that the fingers close
+        # along x, and carry it higher, clear of the cabinet
+        4: lambda: PickPlaceExpert(**_SPATIAL, grasp_yaw=np.pi / 2, carry_height=0.25),
         # the bowl tipped over the ramekin (~50 degrees): grasp its rim where it is
         5: lambda: PickPlaceExpert(**_SPATIAL, tilt_grasp=True),
         # a faster carry: the arm stalls short of the plate at gain 10 (init states 1, 9)

@@ -172,8 +172,11 @@ class PickPlaceExpert:
     def _clearance_shift(
         self, grasp: np.ndarray, state: np.ndarray | None, obj: np.ndarray, target: np.ndarray
     ) -> float:
-        """Shift along x that keeps the hand off neighbours standing above the grasp height."""
-        if state is None:
+        """Shift along x that keeps the hand off neighbours standing above the grasp height.
+
+        None with ``grasp_yaw``: the hand's extents are those of the unturned hand.
+        """
+        if state is None or self.grasp_yaw is not None:
             return 0.0
         shift = 0.0
         for pos in self._neighbours(state, obj, target):
