@@ -25,8 +25,13 @@ proportional controller on the end-effector position (OSC_POSE deltas, clipped t
 [-1, 1]); rotation stays 0, so the gripper keeps its initial top-down orientation.
 
 A bowl or a plate is wider than the open gripper: ``rim_offset`` moves the grasp point
-onto its rim wall. `pipelined_vec_env.libero.experts.expert_for` holds each task's
-settings; per-task success rates are in docs/libero.md.
+onto its rim wall. Three behaviours are opt-in (their defaults leave the actions as
+without them), each read from ``state``: ``grasp_yaw`` turns the hand about z
+(proportional control of the yaw read from its quaternion; it descends only once turned)
+and the rim grasp point with it; ``tilt_grasp`` puts the grasp point on a tilted bowl's
+rim, from its orientation (`_orientation.rim_point`); ``place_gain`` raises the gain while
+lowering the object onto the target. `pipelined_vec_env.libero.experts.expert_for` holds
+each task's settings; per-task success rates are in docs/libero.md.
 """
 
 from __future__ import annotations
