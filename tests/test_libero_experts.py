@@ -136,6 +136,19 @@ def test_experts_solve_tasks_of_each_suite(suite, task_id):
 
 @needs_libero
 @pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("task_id", [4, 5])  # the bowl in the drawer, the one on the ramekin
+def test_spatial_bowls_in_the_drawer_and_tipped_on_the_ramekin(task_id):
+    # task 4 turns the hand (grasp_yaw), task 5 grasps the tipped rim (tilt_grasp)
+    wins, observations, actions = _run("libero_spatial", task_id, [0, 1])
+    assert wins == 2
+    assert (np.abs(actions[:, 5]) > 0.5).any() == (task_id == 4)  # turning the hand
+    expert = expert_for("libero_spatial", task_id)
+    np.testing.assert_array_equal(np.stack([expert.act(o) for o in observations]), actions)
+
+
+@needs_libero
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("suite", "task_id"), [("libero_spatial", 1), ("libero_goal", 8)])
 def test_collect_command_line_writes_demos_of_the_suite(tmp_path, capsys, suite, task_id):

@@ -55,7 +55,17 @@ _PLATE = {"rim_offset": 0.048, "grasp_depth": 0.006, "xy_tolerance": 0.016}
 
 _FACTORIES: dict[str, dict[int, Callable[[], Expert]]] = {
     "libero_object": {t: PickPlaceExpert for t in range(10)},
-    "libero_spatial": {t: (lambda: PickPlaceExpert(**_SPATIAL)) for t in range(10)},
+    "libero_spatial": {
+        **{t: (lambda: PickPlaceExpert(**_SPATIAL)) for t in range(10)},
+        # the bowl in the top drawer: the drawer's front panel and the cabinet leave no room
+        # for a finger beside the rim along y; turn the hand so that the fingers close
+        # along x, and carry it higher, clear of the cabinet
+        4: lambda: PickPlaceExpert(**_SPATIAL, grasp_yaw=np.pi / 2, carry_height=0.25),
+        # the bowl tipped over the ramekin (~50 degrees): grasp its rim where it is
+        5: lambda: PickPlaceExpert(**_SPATIAL, tilt_grasp=True),
+        # a faster carry: the arm stalls short of the plate at gain 10 (init states 1, 9)
+        6: lambda: PickPlaceExpert(**_SPATIAL, place_gain=30.0),
+    },
     "libero_goal": {
         1: lambda: PickPlaceExpert(**_RIM),  # the bowl on the stove
         # the wine bottle on top of the cabinet: the arm stalls ~1.7 cm short of its

@@ -25,8 +25,13 @@ proportional controller on the end-effector position (OSC_POSE deltas, clipped t
 [-1, 1]); rotation stays 0, so the gripper keeps its initial top-down orientation.
 
 A bowl or a plate is wider than the open gripper: ``rim_offset`` moves the grasp point
-onto its rim wall. `pipelined_vec_env.libero.experts.expert_for` holds each task's
-settings; per-task success rates are in docs/libero.md.
+onto its rim wall. Three behaviours are opt-in (their defaults leave the actions as
+without them), each read from ``state``: ``grasp_yaw`` turns the hand about z
+(proportional control of the yaw read from its quaternion; it descends only once turned)
+and the rim grasp point with it; ``tilt_grasp`` puts the grasp point on a tilted bowl's
+rim, from its orientation (`_orientation.rim_point`); ``place_gain`` raises the gain while
+lowering the object onto the target. `pipelined_vec_env.libero.experts.expert_for` holds
+each task's settings; per-task success rates are in docs/libero.md.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..goal_features import GOAL_FEATURE_SLICES, NUM_GOAL_FEATURES
+from ._orientation import EEF_QUAT, hand_yaw, object_quat, rim_point, wrap_angle
 
 __all__ = ["PickPlaceExpert"]
 
@@ -68,6 +74,18 @@ class PickPlaceExpert:
         max_shift: Largest shift of the grasp point away from a neighbour.
         rim_offset: Grasp this far along y from the object's axis (0: on the axis). A
             bowl wider than the open gripper is grasped by its rim: its radius, ~0.047.
+        place_gain: Position gain while lowering the held object onto the target (None:
+            ``gain``); a higher gain keeps the arm from stalling short of it.
+        grasp_yaw: Turn the hand to this yaw (rad, about world z; 0 is the initial
+            top-down orientation, fingers closing along y) and keep it there; the rim
+            grasp point turns with it (``rim_offset`` along the rotated y). Needs
+            ``state`` (the hand's quaternion); None: no rotation (action 0).
+        yaw_gain: Rotation action per radian of yaw error (an action of 1 turns ~0.5 rad).
+        yaw_tolerance: Yaw error (rad) under which the hand descends onto the object.
+        tilt_grasp: Grasp a tilted bowl's rim where it is: the grasp point is the rim's
+            point on the ``rim_offset`` side, from the object's orientation in ``state``
+            (`rim_point`), ``grasp_depth`` below it. False: ``rim_offset`` from the axis,
+            ``grasp_depth`` below the object's top.
 
     Examples:
         >>> import numpy as np
@@ -90,6 +108,11 @@ class PickPlaceExpert:
     hand_half_width: float = 0.07
     max_shift: float = 0.025
     rim_offset: float = 0.0
+    place_gain: float | None = None
+    grasp_yaw: float | None = None
+    yaw_gain: float = 2.0
+    yaw_tolerance: float = 0.05
+    tilt_grasp: bool = False
 
     def __call__(self, features: np.ndarray, state: np.ndarray | None = None) -> np.ndarray:
         """Expert actions for goal features (and, optionally, the full state).
@@ -154,8 +177,11 @@ class PickPlaceExpert:
     def _clearance_shift(
         self, grasp: np.ndarray, state: np.ndarray | None, obj: np.ndarray, target: np.ndarray
     ) -> float:
-        """Shift along x that keeps the hand off neighbours standing above the grasp height."""
-        if state is None:
+        """Shift along x that keeps the hand off neighbours standing above the grasp height.
+
+        None with ``grasp_yaw``: the hand's extents are those of the unturned hand.
+        """
+        if state is None or self.grasp_yaw is not None:
             return 0.0
         shift = 0.0
         for pos in self._neighbours(state, obj, target):
@@ -166,12 +192,36 @@ class PickPlaceExpert:
                 shift = -np.sign(dx) * min(need, self.max_shift) if dx else self.max_shift
         return float(shift)
 
+    def _closing_direction(self) -> np.ndarray:
+        """Horizontal unit vector ``(2,)`` the fingers close along: y turned by ``grasp_yaw``."""
+        yaw = self.grasp_yaw or 0.0
+        return np.array([-np.sin(yaw), np.cos(yaw)])
+
+    def _grasp_point(self, obj: np.ndarray, top: float, state: np.ndarray | None) -> np.ndarray:
+        """Where the hand closes: on the axis or its rim, ``grasp_depth`` below the top (m)."""
+        if self.grasp_yaw is None and not self.tilt_grasp:
+            return np.array([obj[0], obj[1] + self.rim_offset, max(obj[2], top - self.grasp_depth)])
+        across = self._closing_direction() * self.rim_offset
+        quat = object_quat(state, obj) if self.tilt_grasp and state is not None else None
+        if quat is None or not self.rim_offset:
+            return np.array(
+                [obj[0] + across[0], obj[1] + across[1], max(obj[2], top - self.grasp_depth)]
+            )
+        rim = rim_point(obj, top, quat, across, abs(self.rim_offset))
+        return np.array([rim[0], rim[1], max(obj[2], rim[2] - self.grasp_depth)])
+
+    def _yaw_error(self, state: np.ndarray | None) -> float | None:
+        """``grasp_yaw`` minus the hand's yaw (rad, wrapped), None without yaw control."""
+        if self.grasp_yaw is None or state is None:
+            return None
+        return wrap_angle(self.grasp_yaw - hand_yaw(state[EEF_QUAT]))
+
     def _act(self, f: np.ndarray, state: np.ndarray | None) -> np.ndarray:
         eef, obj, target = f[_S["eef_pos"]], f[_S["object_pos"]], f[_S["target_pos"]]
         qpos, qvel = f[_S["gripper_qpos"]], f[_S["gripper_qvel"]]
         top = float(f[_S["object_top"]][0])
         width = qpos[0] - qpos[1]
-        grasp = np.array([obj[0], obj[1] + self.rim_offset, max(obj[2], top - self.grasp_depth)])
+        grasp = self._grasp_point(obj, top, state)
         to_axis = grasp - eef
         # a shifted grasp holds the object off-centre: allow for the shift
         in_hand = np.linalg.norm(to_axis[:2]) < 0.02 + self.max_shift and abs(to_axis[2]) < 0.03
@@ -180,7 +230,9 @@ class PickPlaceExpert:
         closed = width < self.open_width - 0.004
         fingers_moving = float(np.abs(qvel).max()) > self.finger_speed
 
-        grip = -1.0
+        yaw_error = self._yaw_error(state)
+        aligned = yaw_error is None or abs(yaw_error) < self.yaw_tolerance
+        grip, gain = -1.0, self.gain
         if in_hand and closed and not fingers_moving:  # holding
             grip = 1.0
             to_target = target[:2] - obj[:2]
@@ -191,6 +243,8 @@ class PickPlaceExpert:
                 if obj[2] <= target[2] + self.release_height:
                     grip, goal = -1.0, eef
                 else:
+                    if self.place_gain is not None:
+                        gain = self.place_gain
                     drop = target[2] + self.release_height - 0.02 - obj[2]
                     goal = eef + np.array([to_target[0], to_target[1], drop])
             elif obj[2] < carry_z - 0.04:  # lift straight up first
@@ -199,7 +253,7 @@ class PickPlaceExpert:
                 goal = eef + np.array([to_target[0], to_target[1], max(carry_z - obj[2], 0.0)])
         elif in_hand and closed:  # closing on the object
             grip, goal = 1.0, eef
-        elif np.linalg.norm(to_grasp[:2]) > self.xy_tolerance:
+        elif np.linalg.norm(to_grasp[:2]) > self.xy_tolerance or not aligned:
             approach_z = max(grasp[2] + 0.1, top + self.hover)
             goal = np.array([grasp[0], grasp[1], approach_z])
         else:
@@ -207,6 +261,8 @@ class PickPlaceExpert:
             if eef[2] <= grasp[2] + self.grasp_tolerance:
                 grip = 1.0
         action = np.zeros(7, dtype=np.float32)
-        action[:3] = np.clip(self.gain * (goal - eef), -1.0, 1.0)
+        action[:3] = np.clip(gain * (goal - eef), -1.0, 1.0)
+        if yaw_error is not None:
+            action[5] = np.clip(self.yaw_gain * yaw_error, -1.0, 1.0)
         action[6] = grip
         return action
