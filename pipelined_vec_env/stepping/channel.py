@@ -295,7 +295,9 @@ class InferenceChannel:
         >>> import numpy as np
         >>> from pipelined_vec_env import PipelinedVectorEnv
         >>> from pipelined_vec_env.stepping.channel import InferenceChannel
-        >>> envs = PipelinedVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+        >>> envs = PipelinedVectorEnv(
+        ...     [lambda: gym.make("CartPole-v1") for _ in range(4)], envs_per_worker=2
+        ... )  # 2 workers: one per actor, whatever the cores
         >>> def policy(obs, env_ids):
         ...     return (obs[:, 2] > 0).astype(np.int64)
         >>> with InferenceChannel(envs, [policy, policy]) as channel:
