@@ -393,10 +393,11 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         return self._pool
 
     @property
-    def _shm_arrays(self) -> list[Any]:
-        """The shared memory segments of the observations, for tests that check their
-        release."""
-        return [] if self._obs is None else self._obs.segments
+    def shared_memory_names(self) -> list[str]:
+        """Names of the shared-memory segments (files under ``/dev/shm`` on Linux) that
+        hold the observations, to check that none outlives `close` or a worker's death;
+        empty when observations travel through pipes."""
+        return [] if self._obs is None else [segment.name for segment in self._obs.segments]
 
     # ------------------------------------------------------------------ reset
 

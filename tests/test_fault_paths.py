@@ -448,7 +448,7 @@ envs = PipelinedVectorEnv(
     [partial(CountingEnv, i, 100, "dict") for i in range(8)],
     num_stages=2, envs_per_worker=2, context="fork", max_restarts=1,
 )
-names = [a.name for a in envs._shm_arrays]
+names = envs.shared_memory_names
 envs.reset(seed=0)
 victim = envs.workers[3].process
 victim.kill()

@@ -11,7 +11,8 @@ two workers each, half of them closed with a step still in flight):
 - mappings of ``/dev/shm/`` segments (``/proc/self/maps``),
 - live threads,
 
-and lists every shared memory segment it created that still exists in ``/dev/shm``.
+and lists every shared memory segment it created (``envs.shared_memory_names``) that
+still exists in ``/dev/shm``.
 The forkserver preloads the worker module, as a long-running user would, so that a worker
 starts in milliseconds rather than re-importing gymnasium each time.
 """
@@ -22,9 +23,13 @@ import json
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import pytest
+
+from pipelined_vec_env import PipelinedVectorEnv
+from pipelined_vec_env.debug_envs import CountingEnv
 
 pytestmark = [
     pytest.mark.timeout(600),
@@ -65,7 +70,7 @@ SCRIPT = textwrap.dedent(
             [partial(CountingEnv, k, 3, kind) for k in range(n)], num_stages=n, context="forkserver"
         )
         try:
-            segments.extend(a.name for a in envs._shm_arrays)
+            segments.extend(envs.shared_memory_names)
             envs.reset(seed=i)
             envs.step(np.zeros(n, dtype=np.int64))
             if i % 2:
@@ -108,3 +113,15 @@ def test_create_and_close_many_envs_leaks_nothing(tmp_path: Path) -> None:
     assert after["threads"] == before["threads"]
     assert report["segments"] >= CYCLES and report["left"] == []
     assert "Traceback" not in done.stderr and "leaked" not in done.stderr, done.stderr
+
+
+def test_shared_memory_names_exist_while_open_and_are_gone_after_close() -> None:
+    envs = PipelinedVectorEnv([partial(CountingEnv, k, 3, "dict") for k in range(2)])
+    try:
+        names = envs.shared_memory_names
+        assert names and all(isinstance(name, str) for name in names)
+        assert all(Path("/dev/shm", name.lstrip("/")).exists() for name in names)
+    finally:
+        envs.close()
+    assert envs.shared_memory_names == []
+    assert not any(Path("/dev/shm", name.lstrip("/")).exists() for name in names)

@@ -56,7 +56,7 @@ PARENT = textwrap.dedent(
                     envs.step_wait(stage=s)
                 steps += 1
                 if steps == 20:
-                    segments = [a.name for a in envs._shm_arrays]
+                    segments = envs.shared_memory_names
                     print(json.dumps({"segments": segments}), flush=True)
         finally:
             if cleanup:
