@@ -239,14 +239,15 @@ def test_actor_stuck_at_close_then_replies_harmlessly(make_pipelined):
         return env_ids * TOKEN + obs[:, 1]
 
     envs = make_pipelined([partial(EchoEnv, 0, 0.0)])
-    channel = InferenceChannel(envs, [policy])
+    channel = InferenceChannel(envs, [policy], name="stuck-at-close")
     channel.reset(seed=0)
     with pytest.raises(WaitTimeoutError):
         channel.run(3, timeout=0.3)
     channel.close(timeout=0.1)  # the actor is still inside its policy
+    (actor,) = [t for t in threading.enumerate() if t.name == "stuck-at-close-actor-0"]
     release.set()
-    channel._actors.threads[0].join(10)
-    assert not channel._actors.threads[0].is_alive()  # it finished and left without touching fds
+    actor.join(10)
+    assert not actor.is_alive()  # it finished and left without touching fds
 
 
 def counting_policy(kind: str):
