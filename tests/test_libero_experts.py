@@ -6,8 +6,6 @@ real LIBERO (libero_spatial, libero_goal) and skip without it.
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
@@ -19,6 +17,8 @@ from pipelined_vec_env.libero.experts import (
     tasks_with_experts,
 )
 from pipelined_vec_env.libero.goal_features import GOAL_FEATURE_SLICES, NUM_GOAL_FEATURES
+
+from .conftest import needs_libero
 
 S = GOAL_FEATURE_SLICES
 TABLE = [(s, t) for s in ("libero_object", "libero_spatial", "libero_goal") for t in range(10)]
@@ -87,11 +87,6 @@ def test_task_experts_label_each_row_with_its_task():
         experts.act(_random_obs(rng, 2))
     with pytest.raises(NotImplementedError):
         TaskExperts("libero_goal", [0])
-
-
-needs_libero = pytest.mark.skipif(
-    importlib.util.find_spec("libero") is None, reason="needs the libero extra"
-)
 
 
 def _run(suite: str, task_id: int, init_state_ids) -> tuple[int, list[dict], np.ndarray]:

