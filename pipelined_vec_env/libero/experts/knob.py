@@ -108,7 +108,9 @@ class KnobExpert:
             )
         if features.ndim == 1:
             return self._act(features)
-        return np.stack([self._act(f) for f in features]).reshape(-1, 7)
+        if not len(features):
+            return np.zeros((0, 7), dtype=np.float32)
+        return np.stack([self._act(f) for f in features])
 
     def act(self, obs: dict[str, Any]) -> np.ndarray:
         """Expert actions for a (batched) LIBERO observation dict with ``goal_features``.
