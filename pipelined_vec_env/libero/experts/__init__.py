@@ -10,9 +10,11 @@ Families:
 * `pick_place` (`PickPlaceExpert`): pick the goal's object, place it on / in the target
   (libero_object, libero_spatial, the placing tasks of libero_goal, and libero_goal's
   "push the plate to the front of the stove", done by carrying the plate by its rim).
+* `knob` (`KnobExpert`): turn a stove's knob on, pushing its handle round with a finger
+  (libero_goal's "turn on the stove").
 
-Tasks without an expert (`has_expert` is False): opening a drawer and turning on the
-stove (libero_goal tasks 0, 3 and 7), libero_10 and libero_90.
+Tasks without an expert (`has_expert` is False): opening a drawer (libero_goal tasks 0
+and 3), libero_10 and libero_90.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..suites import check_suite
+from .knob import KnobExpert
 from .pick_place import PickPlaceExpert
 
 __all__ = [
     "Expert",
+    "KnobExpert",
     "PickPlaceExpert",
     "TaskExperts",
     "expert_for",
@@ -74,6 +78,7 @@ _FACTORIES: dict[str, dict[int, Callable[[], Expert]]] = {
         4: lambda: PickPlaceExpert(**_RIM),  # the bowl on top of the cabinet
         5: lambda: PickPlaceExpert(**_PLATE),  # the plate to the front of the stove
         6: PickPlaceExpert,  # the cream cheese in the bowl
+        7: KnobExpert,  # turn on the stove
         8: lambda: PickPlaceExpert(**_RIM),  # the bowl on the plate
         9: PickPlaceExpert,  # the wine bottle on the rack
     },
