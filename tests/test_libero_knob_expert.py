@@ -7,13 +7,14 @@ last runs real LIBERO and skips without it.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import numpy as np
 import pytest
 
 from pipelined_vec_env.libero.experts import KnobExpert, expert_for
 from pipelined_vec_env.libero.goal_features import GOAL_FEATURE_SLICES, NUM_GOAL_FEATURES
+
+from .conftest import needs_libero
 
 S = GOAL_FEATURE_SLICES
 AXIS = np.array([-0.40, 0.20, 0.905])  # the stove's origin: the knob's hinge
@@ -80,7 +81,7 @@ def test_knob_expert_is_a_pure_batched_function():
         expert.act({"state": np.zeros((1, 10))})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("libero") is None, reason="needs the libero extra")
+@needs_libero
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_knob_expert_turns_on_the_stove():
