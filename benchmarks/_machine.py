@@ -55,8 +55,9 @@ def package_versions(names: Iterable[str]) -> dict[str, str | None]:
 
 def run_record(repo: Path, started: float, load_start: float, packages: Iterable[str]) -> dict:
     """Where and how a run was made: wall time since ``started`` (``time.time()``), the
-    command line, ``repo``'s commit, the start date (UTC), and the machine (CPU count and
-    model, 1-minute load average at the start and now, versions of ``packages``)."""
+    command line, ``repo``'s commit, the start date (UTC), and the machine (CPU count, the
+    cores this process may use, CPU model, 1-minute load average at the start and now,
+    versions of ``packages``)."""
     return {
         "wall_s": time.time() - started,
         "command": "python " + " ".join(sys.argv),
@@ -64,6 +65,10 @@ def run_record(repo: Path, started: float, load_start: float, packages: Iterable
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "machine": {
             "cpu_count": os.cpu_count(),
+            # the cores this process may run on (a `taskset` pin shows here)
+            "usable_cpus": sorted(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else None,
             "cpu_model": cpu_model(),
             "load_average_1m_start": load_start,
             "load_average_1m_end": os.getloadavg()[0],

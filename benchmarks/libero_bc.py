@@ -89,6 +89,9 @@ def main(args: Args) -> dict:
         )
     load_start = os.getloadavg()[0]
     started = time.time()
+    print(
+        f"collecting {len(demo_ids)} demo episodes of {args.suite} task {args.task_id}", flush=True
+    )
     demos = collect_demos(
         args.suite,
         args.task_id,
@@ -108,6 +111,10 @@ def main(args: Args) -> dict:
             seed=args.seed,
             eval_init_states=args.eval_init_states,
             eval_num_envs=args.num_envs,
+        )
+        print(
+            f"{len(demos.demos)} demos kept; cloning, then evaluating on {len(eval_ids)} init states",
+            flush=True,
         )
         result = train_bc(config)
     if result.eval is None:  # eval_init_states is parsed non-empty above

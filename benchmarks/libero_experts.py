@@ -9,7 +9,7 @@ command; the table is one row of per-task counts, as docs/libero.md shows them.
 Run::
 
     python benchmarks/libero_experts.py --suite libero_spatial --init-states 0:10
-    python benchmarks/libero_experts.py --suite libero_goal --tasks 0 3 7 --init-states 0:50
+    python benchmarks/libero_experts.py --suite libero_goal --tasks 1 7 --init-states 0:50
 
 Tasks without an expert are left out (listed in the JSON as ``no_expert``).
 """
@@ -98,7 +98,6 @@ def main(args: Args) -> dict:
     started = time.time()
     per_task: dict[int, dict] = {}
     report = _report(args, ids, tasks, per_task, started, load_start)
-    write_results(output, report, format_table(args.suite, ids, per_task))
     for task in (t for t in tasks if has_expert(args.suite, t)):
         demos = collect_demos(
             args.suite,
@@ -121,6 +120,8 @@ def main(args: Args) -> dict:
         print(f"{args.suite} task {task}: {len(won)}/{len(ids)}", flush=True)
         # a long run (500 episodes) keeps what it measured if it is stopped
         report = _report(args, ids, tasks, per_task, started, load_start)
+        write_results(output, report, format_table(args.suite, ids, per_task))
+    if not per_task:  # no task with an expert: the report lists them
         write_results(output, report, format_table(args.suite, ids, per_task))
     return report
 

@@ -366,17 +366,30 @@ def _to_demo(
 
 def main(argv: list[str] | None = None) -> None:
     """Command line: collect demos of one task and write them as hdf5."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", default="libero_object", choices=suites.STANDARD_SUITES)
-    parser.add_argument("--task-id", type=int, default=0)
-    parser.add_argument("--init-states", default="0:30", help="ids, e.g. '0:30' or '1,4,9'")
-    parser.add_argument("--noise-std", type=float, default=0.3)
-    parser.add_argument("--noise-dims", default="0,1,2", help="action dims with noise")
-    parser.add_argument("--num-envs", type=int, default=2)
-    parser.add_argument("--num-stages", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep-failures", action="store_true")
-    parser.add_argument("--output", required=True)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--suite", default="libero_object", choices=suites.STANDARD_SUITES, help="LIBERO suite"
+    )
+    parser.add_argument("--task-id", type=int, default=0, help="task index in the suite")
+    parser.add_argument(
+        "--init-states", default="0:30", help="init states, one episode each: '0:30' or '1,4,9'"
+    )
+    parser.add_argument(
+        "--noise-std",
+        type=float,
+        default=0.3,
+        help="DART noise: std of the Gaussian added to the executed action (0: none)",
+    )
+    parser.add_argument("--noise-dims", default="0,1,2", help="action dims with noise (xyz)")
+    parser.add_argument("--num-envs", type=int, default=2, help="env worker processes")
+    parser.add_argument("--num-stages", type=int, default=1, help="pipeline stages of the envs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
+    parser.add_argument(
+        "--keep-failures", action="store_true", help="also write the failed episodes"
+    )
+    parser.add_argument("--output", required=True, help="the hdf5 file to write")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if not has_expert(args.suite, args.task_id):
