@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..goal_features import GOAL_FEATURE_SLICES, NUM_GOAL_FEATURES
+from ..goal_features import GOAL_FEATURE_SLICES
+from ._inputs import check_features, goal_features
 
 __all__ = ["KnobExpert"]
 
@@ -100,12 +101,7 @@ class KnobExpert:
         Raises:
             ValueError: If the last dimension is not ``NUM_GOAL_FEATURES``.
         """
-        features = np.asarray(features, dtype=np.float64)
-        if features.shape[-1:] != (NUM_GOAL_FEATURES,) or features.ndim not in (1, 2):
-            raise ValueError(
-                f"features: expected shape ({NUM_GOAL_FEATURES},) or (B, {NUM_GOAL_FEATURES}), "
-                f"got {features.shape}"
-            )
+        features = check_features(features)
         if features.ndim == 1:
             return self._act(features)
         if not len(features):
@@ -119,11 +115,7 @@ class KnobExpert:
             KeyError: If ``obs`` has no ``goal_features`` (build the env with
                 ``state_features="goal"`` or ``"both"``).
         """
-        if "goal_features" not in obs:
-            raise KeyError(
-                "obs has no 'goal_features'; build LiberoEnv with state_features='goal' or 'both'"
-            )
-        return self(obs["goal_features"])
+        return self(goal_features(obs))
 
     @staticmethod
     def _polar(axis: np.ndarray, radius: float, angle: float, z: float) -> np.ndarray:

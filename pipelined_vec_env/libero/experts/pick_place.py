@@ -41,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from ..goal_features import GOAL_FEATURE_SLICES, NUM_GOAL_FEATURES
+from ..goal_features import GOAL_FEATURE_SLICES
+from ._inputs import check_features, goal_features
 from ._orientation import EEF_QUAT, hand_yaw, object_quat, rim_point, wrap_angle
 
 __all__ = ["PickPlaceExpert"]
@@ -130,12 +131,7 @@ class PickPlaceExpert:
         Raises:
             ValueError: If the last dimension is not ``NUM_GOAL_FEATURES``.
         """
-        features = np.asarray(features, dtype=np.float64)
-        if features.shape[-1:] != (NUM_GOAL_FEATURES,) or features.ndim not in (1, 2):
-            raise ValueError(
-                f"features: expected shape ({NUM_GOAL_FEATURES},) or (B, {NUM_GOAL_FEATURES}), "
-                f"got {features.shape}"
-            )
+        features = check_features(features)
         if state is not None:
             state = np.asarray(state, dtype=np.float64)
             if state.shape[:-1] != features.shape[:-1]:
@@ -157,11 +153,7 @@ class PickPlaceExpert:
             KeyError: If ``obs`` has no ``goal_features`` (build the env with
                 ``state_features="goal"`` or ``"both"``).
         """
-        if "goal_features" not in obs:
-            raise KeyError(
-                "obs has no 'goal_features'; build LiberoEnv with state_features='goal' or 'both'"
-            )
-        return self(obs["goal_features"], obs.get("state"))
+        return self(goal_features(obs), obs.get("state"))
 
     def _neighbours(self, state: np.ndarray, obj: np.ndarray, target: np.ndarray) -> np.ndarray:
         """Positions ``(n, 3)`` of the scene's other objects (not the goal's object or target)."""
