@@ -69,12 +69,13 @@ def _report(
     args: Args,
     ids: list[int],
     tasks: list[int],
+    with_expert: list[int],
     per_task: dict[int, dict],
     started: float,
     load_start: float,
 ) -> dict:
-    """The JSON report of the tasks run so far (``complete`` once every task has run)."""
-    with_expert = [t for t in tasks if has_expert(args.suite, t)]
+    """The JSON report of the tasks run so far (``complete`` once every task with an
+    expert, ``with_expert``, has run)."""
     return {
         "benchmark": "libero_experts",
         "suite": args.suite,
@@ -93,12 +94,13 @@ def main(args: Args) -> dict:
     suites.check_suite(args.suite)
     tasks = list(args.tasks) or list(range(10))
     ids = parse_init_states(args.init_states)
+    with_expert = [t for t in tasks if has_expert(args.suite, t)]
     output = args.output or REPO / "benchmarks" / "results" / f"libero_experts_{args.suite}.json"
     load_start = os.getloadavg()[0]
     started = time.time()
     per_task: dict[int, dict] = {}
-    report = _report(args, ids, tasks, per_task, started, load_start)
-    for task in (t for t in tasks if has_expert(args.suite, t)):
+    report = _report(args, ids, tasks, with_expert, per_task, started, load_start)
+    for task in with_expert:
         demos = collect_demos(
             args.suite,
             task,
@@ -119,7 +121,7 @@ def main(args: Args) -> dict:
         }
         print(f"{args.suite} task {task}: {len(won)}/{len(ids)}", flush=True)
         # a long run (500 episodes) keeps what it measured if it is stopped
-        report = _report(args, ids, tasks, per_task, started, load_start)
+        report = _report(args, ids, tasks, with_expert, per_task, started, load_start)
         write_results(output, report, format_table(args.suite, ids, per_task))
     if not per_task:  # no task with an expert: the report lists them
         write_results(output, report, format_table(args.suite, ids, per_task))
