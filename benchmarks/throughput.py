@@ -17,10 +17,14 @@ Two figures:
   configs with whole-env ``step``, ours with a staged loop (``step_wait``/
   ``step_async`` per stage, stages kept in flight), and ours with EnvPool's loop
   (``async_reset``, then ``recv(batch_size=num_envs // 2)`` / ``send(actions, env_ids)``,
-  `prepare_send_recv`). The "ceiling" row is the in-process
-  step rate of one env times the cores this process may use: no CPU-bound backend beats
-  it on an idle machine (on a loaded one, multi-threaded backends get a larger share of
-  the CPU than one thread did and can).
+  `prepare_send_recv`). Two rows bound what any backend can do on this machine: the
+  "ceiling" row is the in-process step rate of one env times the cores this process may
+  use (what the cores would give if each ran as fast alone as with the others busy), and
+  the measured "parallel ceiling" row is one plain process per usable core, each
+  stepping its share of the envs in a bare loop with no messages per step
+  (`BareProcesses`): where cores share an execution unit (SMT siblings, a busy host)
+  the second is the lower, and it is the one the ratios of a parallel backend are
+  bounded by.
 - **Null-env round trip** (microseconds): an env whose ``step`` does nothing, so the time
   per ``step()`` is pure framework cost: send actions, worker loop, shared-memory write,
   answer, info merge. Measured for one worker (latency of a single round trip) and for
@@ -159,6 +163,27 @@ class NullEnv(gym.Env):
 #: The echo loop of `PipeEcho`, run with the builtin ``exec`` as the process target:
 #: a builtin pickles by reference, so this works even when this file is not importable by
 #: name in the child (the tests load it from its path).
+_BARE_LOOP = """
+import cloudpickle, numpy
+env_fn, count, actions, seed = cloudpickle.loads(payload)
+envs = [env_fn() for _ in range(count)]
+for k, e in enumerate(envs):
+    e.reset(seed=seed + k)
+t = 0
+while True:
+    n = conn.recv()
+    if n is None:
+        break
+    for _ in range(n):
+        row = actions[t % len(actions)]
+        for k, e in enumerate(envs):
+            _, _, terminated, truncated, _ = e.step(row[k])
+            if terminated or truncated:
+                e.reset()
+        t += 1
+    conn.send(n * count)
+"""
+
 _ECHO_LOOP = """
 while True:
     message = conn.recv()
@@ -386,8 +411,17 @@ def make_backends(args: Args) -> list[Backend]:
     fns = [env_fn] * args.num_envs
     seed = args.seed
     vector = prepare_vector
+    processes = min(len(_cores()), args.num_envs)
+    bare_actions = _actions(gym.make(args.env_id), args.num_envs, np.random.default_rng(seed))
     backends = [
         Backend("single env, in-process", "reference", {"num_envs": 1}, env_fn, prepare_single),
+        Backend(
+            f"parallel ceiling ({processes} bare processes)",
+            "reference",
+            {"processes": processes},
+            functools.partial(BareProcesses, env_fn, args.num_envs, processes, bare_actions, seed),
+            prepare_bare,
+        ),
     ]
     if args.baselines:
         from stable_baselines3.common.vec_env import SubprocVecEnv
@@ -606,6 +640,68 @@ class PipeEcho:
         self._conn.send(None)
         self.processes[0].join(5)
         self._conn.close()
+
+
+class BareProcesses:
+    """The measured parallel ceiling: one plain process per share of the envs, each
+    stepping its envs in a loop of its own, told only how many vector steps to run.
+
+    No message crosses per step, so its rate is what the machine gives that many busy
+    processes stepping this env: the bound of any multi-process backend here.
+
+    Args:
+        env_fn: Makes one env (cloudpickled to the processes).
+        num_envs: Envs in all, split as evenly as can be over ``processes``.
+        processes: Processes, ``>= 1`` (at most ``num_envs`` are started).
+        actions: ``(pool, num_envs, *action_shape)`` actions, used in turn.
+        seed: Env ``k`` of a process is reset with ``seed + k``.
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env],
+        num_envs: int,
+        processes: int,
+        actions: np.ndarray,
+        seed: int,
+    ) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")
+        self.num_envs = num_envs
+        probe = env_fn()
+        self.single_action_space = probe.action_space  # the loop's actions are drawn here
+        probe.close()
+        bounds = np.linspace(0, num_envs, min(processes, num_envs) + 1).astype(int)
+        self._conns, self.processes = [], []
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            payload = cloudpickle.dumps((env_fn, int(hi - lo), actions[:, lo:hi], seed + int(lo)))
+            conn, child = ctx.Pipe()
+            namespace = {"conn": child, "payload": payload}
+            process = ctx.Process(target=exec, args=(_BARE_LOOP, namespace), daemon=True)
+            process.start()
+            child.close()
+            self._conns.append(conn)
+            self.processes.append(process)
+
+    def run(self, n: int) -> int:
+        """Step every process's envs ``n`` vector steps, all at once; returns env steps."""
+        for conn in self._conns:
+            conn.send(n)
+        return sum(conn.recv() for conn in self._conns)
+
+    def close(self) -> None:
+        """Stop the processes."""
+        for conn in self._conns:
+            conn.send(None)
+        for process, conn in zip(self.processes, self._conns, strict=True):
+            process.join(5)
+            conn.close()
+
+
+def prepare_bare(env: BareProcesses, actions: np.ndarray, seed: int) -> Loop:
+    """The parallel ceiling's loop: its processes draw their own actions (set at build)."""
+    return env.run
 
 
 def measure_null(args: Args) -> list[dict[str, Any]]:
@@ -1037,6 +1133,9 @@ def targets(
     - ``send_recv_vs_step`` / ``send_recv_vs_envpool_async``: our EnvPool-style loop with
       the default layout (``ours send/recv default``) over the whole-env ``step`` of the
       same layout (>= 1.0) and over EnvPool async (>= 0.8).
+    - ``parallel_ceiling`` (no target): the measured parallel ceiling (`BareProcesses`)
+      over ``SyncVectorEnv`` and over EnvPool async, the most a multi-process backend
+      could show on this machine.
     """
     by_name = {r["name"]: r for r in rows}
     whole = [r for r in rows if r["group"] == "ours" and r["config"].get("loop") == "step"]
@@ -1090,6 +1189,12 @@ def targets(
         None,
     )
     result["send_recv_vs_step"] = _target(_paired(send_recv, default), 1.0)
+    bare = next((r for r in rows if r["name"].startswith("parallel ceiling")), None)
+    if bare is not None:  # what plain processes reach here: no multi-process backend passes it
+        result["parallel_ceiling"] = {
+            "vs_sync": bare.get("vs_sync"),
+            "vs_envpool_async": _paired(bare, envpool_async),
+        }
     result["send_recv_vs_envpool_async"] = _target(_paired(send_recv, envpool_async), 0.8)
     if slow_rows:
         fast = next((r for r in slow_rows if r["name"].startswith("slow ours")), None)
@@ -1121,12 +1226,19 @@ def format_targets(result: dict[str, Any]) -> str:
     """The targets as a markdown table."""
     lines = ["| target | wanted | measured | met |", "|---|---:|---:|---|"]
     for key, value in result.items():
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or "target" not in value:
             continue
         sign = ">=" if key not in ("overhead_us", "null_vs_echo") else "<="
         measured = "" if value["measured"] is None else f"{value['measured']:.2f}"
         met = {True: "met", False: "NOT met", None: "not measured"}[value["met"]]
         lines.append(f"| {key} | {sign} {value['target']:g} | {measured} | {met} |")
+    bound = result.get("parallel_ceiling")
+    if bound:
+        parts = [f"{v:.2f}x {k[3:]}" for k, v in bound.items() if v is not None]
+        lines += [
+            "",
+            "Measured parallel ceiling (bare processes, no framework): " + ", ".join(parts),
+        ]
     return "\n".join(lines)
 
 

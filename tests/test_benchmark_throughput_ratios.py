@@ -259,3 +259,27 @@ def test_format_targets_says_met_not_met_and_not_measured(throughput):
         "| overhead_us | <= 10 | 38.50 | NOT met |",
         "| vs_envpool_async | >= 0.8 |  | not measured |",
     ]
+
+
+def test_the_parallel_ceiling_bounds_are_paired_ratios_and_printed(throughput):
+    backends = [
+        *_default_run(throughput),
+        # over Sync: 1.1, 1.3, 0.55 -> 1.1; over EnvPool async: 1.1, 0.867, 0.275 -> 0.867
+        _backend(
+            throughput,
+            "parallel ceiling (2 bare processes)",
+            [110.0, 130.0, 110.0],
+            group="reference",
+        ),
+    ]
+    result = throughput.targets(throughput.summarise(backends), [], num_envs=32)
+    assert result["parallel_ceiling"] == {
+        "vs_sync": pytest.approx(1.1),
+        "vs_envpool_async": pytest.approx(130.0 / 150.0),
+    }
+    assert result["default_vs_sync"]["met"] is False  # 1.2 < 1.5, and the host allows 1.1
+    assert throughput.format_targets(result).splitlines()[-1] == (
+        "Measured parallel ceiling (bare processes, no framework): 1.10x sync, 0.87x envpool_async"
+    )
+    without = throughput.targets(throughput.summarise(_default_run(throughput)), [])
+    assert "parallel_ceiling" not in without

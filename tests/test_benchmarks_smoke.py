@@ -63,6 +63,7 @@ def test_throughput_main_tiny(tmp_path: Path) -> None:
         "ours step 2x1",
         "ours staged 2x1",
         "ours send/recv default (batch 1)",
+        f"parallel ceiling ({min(2, saved['machine']['usable_cores'])} bare processes)",
     ]
     if _envpool_importable():
         expected += ["EnvPool sync", "EnvPool async (batch 1)"]
