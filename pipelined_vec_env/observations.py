@@ -104,6 +104,8 @@ class ObservationStore:
 
     def rows(self, ids: np.ndarray) -> Any:
         """A batch (copies) of the observations in shared memory of the envs ``ids``."""
+        if self._array:
+            return self._view[ids]  # type: ignore[index]
         return batch_slice(self.space, self._shared(), ids)
 
     def batch(self, envs: slice, copy: bool) -> Any:

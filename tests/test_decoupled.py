@@ -12,6 +12,7 @@ from gymnasium.error import NoAsyncCallError
 
 from pipelined_vec_env import WaitTimeoutError, WorkerCrashedError
 from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
+from pipelined_vec_env.testing import kill_worker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,6 +109,24 @@ def test_timeout_keeps_results_for_the_next_recv(make_pipelined):
         envs.recv(timeout=0.05)
     obs, *_, info = envs.recv(timeout=30)
     assert info["env_id"].tolist() == [0] and obs[0, 0] == 1
+
+
+def test_a_recv_timeout_0_loop_learns_of_a_dead_worker(make_pipelined):
+    """A caller polling ``recv(timeout=0)`` while doing other work is told of a crash:
+    ``recv``'s looks for answers already written skip the system call, its wait does not."""
+    envs = make_pipelined([partial(FaultyEnv, 30.0) for _ in range(2)], envs_per_worker=1)
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=2, timeout=30)
+    envs.send(np.array([FaultyEnv.SLEEP, FaultyEnv.SLEEP]), [0, 1])
+    kill_worker(envs, 0)
+    deadline = time.monotonic() + 20
+    with pytest.raises(WorkerCrashedError) as info:
+        while time.monotonic() < deadline:
+            try:
+                envs.recv(timeout=0)
+            except WaitTimeoutError:
+                time.sleep(0.001)
+    assert info.value.env_indices == (0,)
 
 
 def test_crash_and_shutdown_with_requests_in_flight(make_pipelined):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 from functools import partial
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from pipelined_vec_env import WorkerCrashedError
 from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv, UnpicklableError
+from pipelined_vec_env.testing import kill_worker
 from pipelined_vec_env.workers.pool import InFlight
 from pipelined_vec_env.workers.protocol import (
     NO_ANSWER,
@@ -95,6 +97,29 @@ def test_wait_any_kills_a_worker_past_step_deadline(make_pipelined):
     with pytest.raises(WorkerCrashedError, match="step_deadline") as info:
         envs.step_wait(stage=0)
     assert info.value.env_indices == (0,)
+
+
+def test_poll_written_takes_written_answers_and_leaves_a_death_to_the_next_wait(make_pipelined):
+    """`poll_written` is a look without a wait: it takes the answers already written
+    (read from the slots' counters) and says nothing of a worker that died, which the
+    next waiting `poll` reports, so no caller loses a crash to a look."""
+    envs = make_pipelined([partial(FaultyEnv, 30.0) for _ in range(2)], envs_per_worker=1)
+    envs.reset(seed=0)
+    pool, workers = envs.pool, list(envs.workers)
+    assert all(w.slot is not None for w in workers)  # the counters the look reads
+    envs.step_async(np.array([FaultyEnv.NORMAL, FaultyEnv.SLEEP]))
+    done: list = []
+    deadline = time.monotonic() + 20
+    while not done and time.monotonic() < deadline:
+        done = pool.poll_written(workers)
+    assert [(w.index, c.command) for w, c in done] == [(0, Command.STEP)]
+    kill_worker(envs, 1)
+    assert pool.poll_written(workers) == []  # a look: the death is not read here
+    crashed = pool.poll(workers, 20.0)
+    assert [w.index for w, _ in crashed] == [1]
+    with pytest.raises(WorkerCrashedError) as info:  # the crash the poll read
+        envs.step_wait()
+    assert info.value.env_indices == (1,)
 
 
 def test_decoupled_sends_queue_on_the_pool_and_answer_in_order(make_pipelined):

@@ -245,7 +245,7 @@ class DecoupledState:
         deadline = deadline_after(timeout)
         t0 = time.monotonic_ns()
         if self.ready_count >= want:  # enough already: take what else is there, no wait
-            self._collect(0.0)
+            self._collect(0.0, look=True)
         # else the first `_collect` below returns at once with what is there already
         while self.ready_count < want:
             if not self._collect(remaining(deadline)):
@@ -263,32 +263,39 @@ class DecoupledState:
         self._workers[w.index] = w
         self.pool.send(w, command, payload, env_ids)
 
-    def _collect(self, timeout: float | None) -> bool:
+    def _collect(self, timeout: float | None, look: bool = False) -> bool:
         """Take every answer that arrives within ``timeout`` (and those already there
-        with it); False if none arrived."""
+        with it); False if none arrived. With ``look``, only those already written, found
+        without a system call where the slots tell (a crash is then left to the next
+        wait, which a look must not replace: a caller polling ``recv(timeout=0)`` learns
+        of a dead worker)."""
+        pool = self.pool
         done, self._polled = self._polled, []
         if not done:
             busy = self.busy_workers()
             if not busy:
                 return True
-            deadline = deadline_after(timeout)
-            while True:
-                done = self.pool.poll(busy, remaining(deadline))
-                if done or (deadline is not None and remaining(deadline) == 0):
-                    break
+            if look:
+                done = pool.poll_written(busy)
+            else:
+                deadline = deadline_after(timeout)
+                while True:
+                    done = pool.poll(busy, remaining(deadline))
+                    if done or (deadline is not None and remaining(deadline) == 0):
+                        break
         got = bool(done)
         error: BaseException | None = None
         while done:
             for w, command in done:
-                answer = self.pool.take(w)
+                answer = pool.take(w)
                 assert answer is not None
                 try:
                     self._take_answer(w, command, answer)
                 except BaseException as exc:  # noqa: BLE001 - raised below
                     error = error or exc
-            done = self.pool.poll(self.busy_workers(), 0.0)  # the answers already there
-        for index in [i for i, w in self._workers.items() if self.pool.idle([w])]:
-            del self._workers[index]
+                if pool.idle([w]):  # only a worker that answered can have become idle
+                    self._workers.pop(w.index, None)
+            done = pool.poll_written(self.busy_workers())  # the answers already there
         if error is not None:
             raise error
         return got

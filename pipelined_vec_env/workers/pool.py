@@ -362,6 +362,12 @@ class WorkerPool:
         """
         return self.poll_or_wake(workers, timeout, None)[0]
 
+    def poll_written(self, workers: Sequence[Any]) -> list[tuple[Any, InFlight]]:
+        """`poll`, no wait, no system call where `WorkerBackend.none_written` (a death: next wait)."""
+        busy = self.busy(workers)
+        written = busy and not self.backend.none_written(busy)
+        return self._collect(busy, 0.0, None)[0] if written else []
+
     def poll_or_wake(
         self, workers: Sequence[Any], timeout: float | None, wake_fd: int | None
     ) -> tuple[list[tuple[Any, InFlight]], bool]:

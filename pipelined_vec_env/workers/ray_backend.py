@@ -444,6 +444,11 @@ class RayBackend:
                 return woken
 
     @staticmethod
+    def none_written(handles: Sequence[RayWorkerHandle]) -> bool:
+        """False: an actor's answer is seen only through ``ray.wait``."""
+        return False
+
+    @staticmethod
     def spin_for_answers(handles: Sequence[RayWorkerHandle], seconds: float) -> None:
         """Returns at once: an actor's answer is seen only through ``ray.wait``."""
 

@@ -93,6 +93,11 @@ class WorkerBackend(Protocol):
             Whether ``wake_fd`` was readable (False when it is None).
         """
 
+    def none_written(self, handles: Sequence[Any]) -> bool:
+        """Whether shared memory tells, without a system call, that none of ``handles``
+        has an answer to read, a received answer not taken, or a known death (a backend
+        that cannot tell returns False)."""
+
     def spin_for_answers(self, handles: Sequence[Any], seconds: float) -> None:
         """Spin, yielding the core, until one of ``handles`` has an answer ready to read
         without blocking, at most ``seconds`` (a backend that cannot tell returns at

@@ -569,6 +569,17 @@ class ProcessBackend:
         return wake_fd is not None and wake_fd in ready_fds
 
     @staticmethod
+    def none_written(handles: Sequence[WorkerHandle]) -> bool:
+        """Whether every one of ``handles`` has a slot whose answer counter says nothing
+        was written that it has not read, no received answer waiting to be taken, and is
+        not known dead: then a look at the pipes (a ``poll`` system call) would find
+        nothing. A worker that died since is noticed by the next wait."""
+        for h in handles:
+            if h.slot is None or h.answer is not None or h.dead or h.answer_waiting():
+                return False
+        return True
+
+    @staticmethod
     def spin_for_answers(handles: Sequence[WorkerHandle], seconds: float) -> None:
         """Spin on the slots' answer counters, yielding the core at each look, until one
         of ``handles`` has written an answer, at most ``seconds`` (at once where one has
