@@ -137,6 +137,9 @@ class LiberoTrainConfig(TrainConfig):
     """Multiplier of the shaping term."""
     horizon: int | None = None
     """Primitive steps before truncation (None: the suite's evaluation horizon)."""
+    train_horizon: int | None = None
+    """Primitive steps before a training episode truncates (None: --horizon); evaluation
+    episodes keep --horizon."""
 
     # -- PPO, fine-tuning defaults ---------------------------------------------------------
     num_envs: int = 10
@@ -263,6 +266,7 @@ GROUPS = (
             "shaping_scale",
             "chunk_size",
             "horizon",
+            "train_horizon",
             "cameras",
             "image_size",
             "env_id",
@@ -375,6 +379,7 @@ def _make_libero_env(
     render: bool,
     init_state_ids: tuple[int, ...],
     one_hot_tasks: tuple[int, ...] | None,
+    train_horizon: int | None = None,
 ) -> gym.Env:
     from pipelined_vec_env.libero.env import LiberoEnv
     from pipelined_vec_env.wrappers.action_chunk import ActionChunk
@@ -390,7 +395,7 @@ def _make_libero_env(
         state_features=state_features,
         render_mode="rgb_array" if render else None,
     )
-    env = TaskInitStates(env, task_id, init_state_ids)
+    env = TaskInitStates(env, task_id, init_state_ids, train_horizon)
     if one_hot_tasks:
         env = TaskOneHot(env, one_hot_tasks)
     return ActionChunk(env, chunk_size) if chunk_size > 1 else env
@@ -434,6 +439,7 @@ class LiberoEnvFactory:
             render,
             c.init_states("train"),
             self.tasks if c.task_one_hot else None,
+            c.train_horizon,
         )
 
     def eval_reset_options(self, episode: int) -> dict[str, Any] | None:

@@ -96,21 +96,38 @@ class TaskInitStates(gym.Wrapper):
     may have played another task on this env) from an id drawn with the env's RNG; an
     explicit ``init_state_id`` (evaluation) wins, with the options' ``task_id`` if any.
 
+    With ``train_horizon``, training episodes truncate after that many primitive steps
+    and evaluation episodes (an explicit ``init_state_id``) after the env's own horizon
+    (``unwrapped.horizon`` as built), so failed training episodes cost fewer steps while
+    every evaluation keeps the suite's rule.
+
     Args:
         env: a `pipelined_vec_env.libero.LiberoEnv`.
         task_id: the task of training episodes; None: the env's current task.
         init_state_ids: the allowed ids (non-empty).
+        train_horizon: primitive steps before a training episode truncates; None: the
+            env's horizon for every episode.
 
     Raises:
-        ValueError: if ``init_state_ids`` is empty.
+        ValueError: if ``init_state_ids`` is empty or ``train_horizon`` is not positive.
     """
 
-    def __init__(self, env: gym.Env, task_id: int | None, init_state_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        task_id: int | None,
+        init_state_ids: Sequence[int],
+        train_horizon: int | None = None,
+    ) -> None:
         super().__init__(env)
         if not init_state_ids:
             raise ValueError("init_state_ids: expected at least one id")
+        if train_horizon is not None and train_horizon < 1:
+            raise ValueError(f"train_horizon: expected None or an int >= 1, got {train_horizon}")
         self.task_id = task_id
         self.init_state_ids = [int(k) for k in init_state_ids]
+        self.train_horizon = train_horizon
+        self.eval_horizon = getattr(env.unwrapped, "horizon", None)
         self._rng = np.random.default_rng()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
@@ -118,11 +135,14 @@ class TaskInitStates(gym.Wrapper):
         options = dict(options or {})
         if seed is not None:
             self._rng = np.random.default_rng(seed)
-        if options.get("init_state_id") is None:
+        training = options.get("init_state_id") is None
+        if training:
             pick = int(self._rng.integers(len(self.init_state_ids)))
             options["init_state_id"] = self.init_state_ids[pick]
             if self.task_id is not None:
                 options["task_id"] = self.task_id
+        if self.train_horizon is not None:  # read by the env at every step
+            self.env.unwrapped.horizon = self.train_horizon if training else self.eval_horizon
         return self.env.reset(seed=seed, options=options)
 
 

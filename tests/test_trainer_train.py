@@ -585,6 +585,39 @@ def test_libero_training_resets_never_draw_an_evaluation_init_state():
         module._check_init_states(module.parse_args(["--train-init-states", "0:46"]))
 
 
+def test_libero_train_horizon_cuts_training_episodes_only():
+    """With a training horizon, training resets set the env's horizon to it and an
+    evaluation reset (explicit init state) puts the env's own horizon back."""
+
+    from reference_trainer.libero_tasks import TaskInitStates
+
+    class Recorder(gym.Env):
+        observation_space = gym.spaces.Box(0, 1, (1,))
+        action_space = gym.spaces.Box(0, 1, (1,))
+        horizon = 280  # as LiberoEnv: read at every step
+
+        def __init__(self) -> None:
+            self.horizons: list[int] = []
+
+        def reset(self, *, seed=None, options=None):
+            self.horizons.append(self.horizon)
+            return np.zeros(1, np.float32), {}
+
+    env = TaskInitStates(Recorder(), 3, range(0, 45), train_horizon=200)
+    env.reset(seed=1)
+    env.reset(options={"task_id": 5, "init_state_id": 47})
+    env.reset()
+    assert env.unwrapped.horizons == [200, 280, 200]
+    plain = TaskInitStates(Recorder(), 3, range(0, 45))
+    plain.reset(seed=1)
+    assert plain.unwrapped.horizons == [280]
+    with pytest.raises(ValueError, match="train_horizon"):
+        TaskInitStates(Recorder(), 3, range(0, 45), train_horizon=0)
+    module = load_script("examples/train_libero.py", "train_libero")
+    config = module.parse_args(["--train-horizon", "200"])
+    assert config.train_horizon == 200 and config.horizon is None
+
+
 @needs_libero
 def test_train_libero_from_scratch_tiny(tmp_path):
     """A tiny --from-scratch run; then --resume of it (no --run-name) writes into the same
