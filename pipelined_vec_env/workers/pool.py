@@ -354,8 +354,7 @@ class WorkerPool:
 
         Returns at once when some answer is already there; otherwise waits until one
         arrives, a worker is found dead (`Crashed`), a ``step_deadline`` overrun kills a
-        worker (its crash is read by the next call), or ``timeout`` passes. Take the
-        answers with `take`.
+        worker (its crash is read by the next call), or ``timeout`` passes; then `take` them.
 
         Returns:
             ``(worker, command)`` for each command completed by this call (maybe none).
@@ -363,10 +362,11 @@ class WorkerPool:
         return self.poll_or_wake(workers, timeout, None)[0]
 
     def poll_written(self, workers: Sequence[Any]) -> list[tuple[Any, InFlight]]:
-        """`poll`, no wait, no system call where `WorkerBackend.none_written` (a death: next wait)."""
+        """`poll` with no wait, skipping the system call where `WorkerBackend.none_written`
+        says no answer came (a worker's death is then left to the next wait)."""
         busy = self.busy(workers)
-        written = busy and not self.backend.none_written(busy)
-        return self._collect(busy, 0.0, None)[0] if written else []
+        none = not busy or self.backend.none_written(busy)
+        return [] if none else self._collect(busy, 0.0, None)[0]
 
     def poll_or_wake(
         self, workers: Sequence[Any], timeout: float | None, wake_fd: int | None
