@@ -109,7 +109,8 @@ class TaskInitStates(gym.Wrapper):
             env's horizon for every episode.
 
     Raises:
-        ValueError: if ``init_state_ids`` is empty or ``train_horizon`` is not positive.
+        ValueError: if ``init_state_ids`` is empty, or ``train_horizon`` is not positive
+            or given for an env with no ``horizon`` to set.
     """
 
     def __init__(
@@ -124,10 +125,12 @@ class TaskInitStates(gym.Wrapper):
             raise ValueError("init_state_ids: expected at least one id")
         if train_horizon is not None and train_horizon < 1:
             raise ValueError(f"train_horizon: expected None or an int >= 1, got {train_horizon}")
+        if train_horizon is not None and not hasattr(env.unwrapped, "horizon"):
+            raise ValueError("train_horizon: the env has no `horizon` (a LiberoEnv has one)")
         self.task_id = task_id
         self.init_state_ids = [int(k) for k in init_state_ids]
         self.train_horizon = train_horizon
-        self.eval_horizon = getattr(env.unwrapped, "horizon", None)
+        self.eval_horizon = getattr(env.unwrapped, "horizon", None)  # the env's own, as built
         self._rng = np.random.default_rng()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:

@@ -613,6 +613,8 @@ def test_libero_train_horizon_cuts_training_episodes_only():
     assert plain.unwrapped.horizons == [280]
     with pytest.raises(ValueError, match="train_horizon"):
         TaskInitStates(Recorder(), 3, range(0, 45), train_horizon=0)
+    with pytest.raises(ValueError, match="no `horizon`"):  # CartPole has none to set
+        TaskInitStates(gym.make("CartPole-v1"), 3, range(0, 45), train_horizon=200)
     module = load_script("examples/train_libero.py", "train_libero")
     config = module.parse_args(["--train-horizon", "200"])
     assert config.train_horizon == 200 and config.horizon is None
