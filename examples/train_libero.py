@@ -137,9 +137,11 @@ class LiberoTrainConfig(TrainConfig):
     """Multiplier of the shaping term."""
     horizon: int | None = None
     """Primitive steps before truncation (None: the suite's evaluation horizon)."""
-    train_horizon: int | None = None
-    """Primitive steps before a training episode truncates (None: --horizon); evaluation
-    episodes keep --horizon."""
+    train_horizon: int | None = 200
+    """Primitive steps before a training episode truncates, at most --horizon (None:
+    --horizon); evaluation episodes keep --horizon. A libero_object success takes about
+    100-150 steps: failed training episodes end 80 steps sooner than the suite's 280,
+    and the budget holds more episodes (docs/trainer_figures.md has the runs)."""
 
     # -- PPO, fine-tuning defaults ---------------------------------------------------------
     num_envs: int = 10

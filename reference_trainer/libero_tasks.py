@@ -97,16 +97,17 @@ class TaskInitStates(gym.Wrapper):
     explicit ``init_state_id`` (evaluation) wins, with the options' ``task_id`` if any.
 
     With ``train_horizon``, training episodes truncate after that many primitive steps
-    and evaluation episodes (an explicit ``init_state_id``) after the env's own horizon
-    (``unwrapped.horizon`` as built), so failed training episodes cost fewer steps while
-    every evaluation keeps the suite's rule.
+    (never after the env's own horizon) and evaluation episodes (an explicit
+    ``init_state_id``) after the env's own horizon (``unwrapped.horizon`` as built), so
+    failed training episodes cost fewer steps while every evaluation keeps the suite's
+    rule.
 
     Args:
         env: a `pipelined_vec_env.libero.LiberoEnv`.
         task_id: the task of training episodes; None: the env's current task.
         init_state_ids: the allowed ids (non-empty).
-        train_horizon: primitive steps before a training episode truncates; None: the
-            env's horizon for every episode.
+        train_horizon: primitive steps before a training episode truncates, at most the
+            env's own horizon; None: the env's horizon for every episode.
 
     Raises:
         ValueError: if ``init_state_ids`` is empty, or ``train_horizon`` is not positive
@@ -129,8 +130,10 @@ class TaskInitStates(gym.Wrapper):
             raise ValueError("train_horizon: the env has no `horizon` (a LiberoEnv has one)")
         self.task_id = task_id
         self.init_state_ids = [int(k) for k in init_state_ids]
-        self.train_horizon = train_horizon
         self.eval_horizon = getattr(env.unwrapped, "horizon", None)  # the env's own, as built
+        if train_horizon is not None and self.eval_horizon is not None:
+            train_horizon = min(train_horizon, self.eval_horizon)
+        self.train_horizon = train_horizon
         self._rng = np.random.default_rng()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:

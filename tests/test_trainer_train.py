@@ -616,8 +616,16 @@ def test_libero_train_horizon_cuts_training_episodes_only():
     with pytest.raises(ValueError, match="no `horizon`"):  # CartPole has none to set
         TaskInitStates(gym.make("CartPole-v1"), 3, range(0, 45), train_horizon=200)
     module = load_script("examples/train_libero.py", "train_libero")
-    config = module.parse_args(["--train-horizon", "200"])
-    assert config.train_horizon == 200 and config.horizon is None
+    short = Recorder()
+    short.horizon = 150  # a training horizon never outlasts the env's own
+    clamped = TaskInitStates(short, 3, range(0, 45), train_horizon=200)
+    clamped.reset(seed=1)
+    clamped.reset(options={"init_state_id": 47})
+    assert short.horizons == [150, 150]
+    module = load_script("examples/train_libero.py", "train_libero")
+    assert module.parse_args([]).train_horizon == 200  # the main job's default
+    config = module.parse_args(["--train-horizon", "None"])
+    assert config.train_horizon is None and config.horizon is None
 
 
 @needs_libero
