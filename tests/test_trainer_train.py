@@ -697,3 +697,22 @@ def test_return_curve_ends_average_a_few_iterations():
     assert _curve_ends(history, "r") == (1.5, 9.5)
     assert _curve_ends([{"r": 1.0}, {"r": 2.0}, {"r": 3.0}], "r") == (1.0, 3.0)
     assert _curve_ends([{"other": 1.0}], "r") == (None, None)
+
+
+def test_train_libero_budget_counts_from_the_script_start(monkeypatch):
+    """`main` hands `run` the time the script began (before its imports), not the
+    process's start: under ``bash -c '... && python ...'`` the process is the shell's,
+    and its start would put the install inside the budget."""
+    monkeypatch.setenv("MUJOCO_GL", "egl")  # main sets a default; restored after
+    module = load_script("examples/train_libero.py", "train_libero")
+    seen: dict[str, float] = {}
+
+    def fake_run(config, started=None):
+        seen["started"] = started
+        return {"report": "ok"}
+
+    monkeypatch.setattr(module, "run", fake_run)
+    monkeypatch.setattr(module, "parse_args", lambda: module.LiberoTrainConfig())
+    module.main()
+    assert seen["started"] == module.STARTED_AT
+    assert module.STARTED_AT <= time.time()
