@@ -29,7 +29,8 @@ def cpu_model() -> str:
 
 
 def git_commit(repo: Path) -> str:
-    """The short commit hash of ``repo``'s HEAD, or ``"unknown"`` outside a git checkout."""
+    """The short commit hash of ``repo``'s HEAD; outside a git checkout (a copy of the
+    tree on another machine), the ``GIT_COMMIT`` environment variable, else ``"unknown"``."""
     try:
         out = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
@@ -38,7 +39,7 @@ def git_commit(repo: Path) -> str:
             check=True,
         )
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("GIT_COMMIT", "unknown")
     return out.stdout.strip()
 
 

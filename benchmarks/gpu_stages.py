@@ -49,7 +49,11 @@ import torch
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import BusyEnv
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import run_record  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -182,6 +186,7 @@ def _summary_digest(summary: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
+    started, load_start = time.time(), os.getloadavg()[0]
     name = args.device
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -253,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     print(f"bound: {(te + ti) / bound:.2f}x the serial loop (max(Te, Ti) vs Te + Ti)")
     result = {
+        **run_record(REPO, started, load_start, ["torch", "gymnasium", "numpy"]),
         "args": {k: str(v) for k, v in vars(args).items()},
         "device": str(device),
         "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
@@ -262,14 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "policy_half_batch_linearity": linearity,
         "bound_speedup": (te + ti) / bound,
         "rows": rows,
-        "machine": {
-            "cores": len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else os.cpu_count(),
-            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "python": platform.python_version(),
     }
     output = args.output or RESULTS / f"gpu_stages_{device.type}.json"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,7 @@ def test_gpu_stages_runs_on_cpu(tmp_path):
         assert row["round_ms"] > 0
         assert row["profile"]["bottleneck"] in ("env", "policy", "transport", "straggler")
     assert result["device"] == "cpu" and result["bound_speedup"] >= 1.0
+    assert result["commit"] and result["machine"]["usable_cpus"]  # where and when it ran
 
 
 def test_profiler_overhead_runs(tmp_path):
