@@ -29,8 +29,11 @@ def cpu_model() -> str:
 
 
 def git_commit(repo: Path) -> str:
-    """The short commit hash of ``repo``'s HEAD; outside a git checkout (a copy of the
-    tree on another machine), the ``GIT_COMMIT`` environment variable, else ``"unknown"``."""
+    """The ``GIT_COMMIT`` environment variable where set (a copy of the tree on another
+    machine, whose own git state may be older), else the short hash of ``repo``'s HEAD,
+    else ``"unknown"``."""
+    if os.environ.get("GIT_COMMIT"):
+        return os.environ["GIT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
@@ -39,7 +42,7 @@ def git_commit(repo: Path) -> str:
             check=True,
         )
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("GIT_COMMIT", "unknown")
+        return "unknown"
     return out.stdout.strip()
 
 

@@ -8,7 +8,8 @@ step (``Ti ~ Te``). Then the serial loop costs ``Te + Ti`` per round and an idea
 - ``serial``: ``infer(all); step(all)``;
 - ``stages=K`` (1, 2, 4): inference of stage ``s`` while the other stages step
   (``step_async``/``step_wait`` per stage, round robin);
-- ``decoupled``: ``recv`` half of the envs, infer, ``send``, EnvPool style.
+- ``decoupled``: ``recv`` half of the envs, infer, ``send``, EnvPool style (envs
+  received beyond the batch wait for the next inference).
 
 Each configuration runs with ``profile=True`` and records the profiler's summary
 (bottleneck, busy fractions, predicted speed-ups) next to the measured time per round and
@@ -159,18 +160,34 @@ def run_staged(envs: PipelinedVectorEnv, policy: LinearCostPolicy, decisions: in
 
 
 def run_decoupled(envs: PipelinedVectorEnv, policy: LinearCostPolicy, decisions: int) -> float:
+    """EnvPool's loop: infer on ``num_envs // 2`` received envs, send, repeat.
+
+    ``recv`` returns every result that is ready, which may be more than the batch (envs of
+    equal step time finish together); the extra envs are held for the next inference, as
+    EnvPool's exact batch would leave them, so every inference sees one batch. Timed until
+    ``decisions * num_envs`` actions were sent and their results received."""
     n = envs.num_envs
     batch = max(1, n // 2)
     envs.async_reset(seed=0)
     envs.profiler.clear()
+    held_ids = np.zeros(0, dtype=np.int64)
+    held_obs = np.zeros((0, *envs.single_observation_space.shape), dtype=np.float32)
+    target, sent = decisions * n, 0
     t0 = time.perf_counter()
-    for _ in range(decisions * n // batch):
-        obs, _, _, _, infos = envs.recv(batch_size=batch)
+    while sent < target:
+        if len(held_ids) < batch:
+            obs, _, _, _, infos = envs.recv(batch_size=batch - len(held_ids))
+            held_ids = np.concatenate([held_ids, infos["env_id"]])
+            held_obs = np.concatenate([held_obs, obs])
+        k = min(batch, target - sent)
         with envs.profiler.span("inference"):
-            actions = policy(obs)
-        envs.send(actions, infos["env_id"])
-    envs.recv(batch_size=n)  # drain: the last sends
-    return (time.perf_counter() - t0) / decisions
+            actions = policy(held_obs[:k])
+        envs.send(actions, held_ids[:k])
+        held_ids, held_obs, sent = held_ids[k:], held_obs[k:], sent + k
+    in_flight = n - len(held_ids)
+    if in_flight:
+        envs.recv(batch_size=in_flight)  # drain: the last sends
+    return (time.perf_counter() - t0) / (sent / n)
 
 
 def _summary_digest(summary: dict[str, Any]) -> dict[str, Any]:

@@ -869,11 +869,12 @@ def measure_decoupled(args: Args) -> list[dict[str, Any]]:
         env.async_reset(seed=args.seed)
 
         def loop(n: int) -> int:
-            recvs = n * env.num_envs // batch
-            for _ in range(recvs):
+            stepped = 0  # recv may return more than the batch: count what was sent
+            for _ in range(n * env.num_envs // batch):
                 obs, _, _, _, info = env.recv(batch_size=batch)
                 env.send(policy(obs), info["env_id"])
-            return recvs * batch
+                stepped += len(info["env_id"])
+            return stepped
 
         return loop
 
