@@ -967,7 +967,8 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "packages": package_versions(packages),
-        "git_commit": git("rev-parse", "--short", "HEAD"),
+        # GIT_COMMIT names the commit of a copied tree whose own git state is older
+        "git_commit": os.environ.get("GIT_COMMIT") or git("rev-parse", "--short", "HEAD"),
         "pipelined_vec_env_path": str(package_dir),
         # uncommitted edits to the measured core make the commit above a lie
         "core_has_uncommitted_changes": bool(
