@@ -70,6 +70,12 @@ class DecoupledMethods:
         """Return the results of at least ``batch_size`` envs (None: whatever is ready, at
         least one), waiting if needed.
 
+        Every result that is ready comes back, so envs whose steps take equally long,
+        finishing together, may all return from one call and the loop falls into
+        lockstep. For EnvPool's exact batches (inference on one batch while the others step),
+        infer on the first ``batch_size`` rows and hold the rest for the next inference
+        (``benchmarks/gpu_stages.py``, ``run_decoupled``).
+
         Returns:
             ``(observations, rewards, terminations, truncations, infos)`` batched over the
             returned envs, in arrival order; ``infos["env_id"]`` (int64) holds their global
