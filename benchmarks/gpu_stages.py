@@ -171,7 +171,8 @@ def run_decoupled(envs: PipelinedVectorEnv, policy: LinearCostPolicy, decisions:
     envs.async_reset(seed=0)
     envs.profiler.clear()
     held_ids = np.zeros(0, dtype=np.int64)
-    held_obs = np.zeros((0, *envs.single_observation_space.shape), dtype=np.float32)
+    space = envs.single_observation_space
+    held_obs = np.zeros((0, *space.shape), dtype=space.dtype)
     target, sent = decisions * n, 0
     t0 = time.perf_counter()
     while sent < target:

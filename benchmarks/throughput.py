@@ -80,7 +80,7 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, git_commit, package_versions  # noqa: E402
 
 __all__ = ["Args", "Backend", "NullEnv", "main", "measure_null", "measure_throughput"]
 
@@ -967,8 +967,7 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "packages": package_versions(packages),
-        # GIT_COMMIT names the commit of a copied tree whose own git state is older
-        "git_commit": os.environ.get("GIT_COMMIT") or git("rev-parse", "--short", "HEAD"),
+        "git_commit": git_commit(repo),
         "pipelined_vec_env_path": str(package_dir),
         # uncommitted edits to the measured core make the commit above a lie
         "core_has_uncommitted_changes": bool(
