@@ -144,6 +144,10 @@ class TrainConfig:
     """Decisions per self-imitation step, drawn uniformly from the success buffer."""
     self_imitation_capacity: int = 20_000
     """Decisions the success buffer keeps (the oldest successful episodes go first)."""
+    self_imitation_per_env: bool = False
+    """Split the success buffer equally over the envs and draw equally from each env's
+    successes: with env i on task i % tasks, every task gets the same share of the
+    imitation (a uniform draw favours the tasks that succeed most often and soonest)."""
     freeze_obs_norm: bool = False
     """Keep the observation normaliser as loaded (a BC actor's inputs stay what it was
     trained on) instead of updating it from rollouts."""

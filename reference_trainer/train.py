@@ -174,7 +174,10 @@ def _self_imitation_parts(
         if not n.startswith(("critic.", "critic_encoder.")) and n != "actor_log_std"
     ]
     optimizer = torch.optim.Adam(actor, lr=config.self_imitation_lr, eps=1e-5)
-    return SuccessBuffer(config.num_envs, config.self_imitation_capacity), optimizer, draws
+    buffer = SuccessBuffer(
+        config.num_envs, config.self_imitation_capacity, config.self_imitation_per_env
+    )
+    return buffer, optimizer, draws
 
 
 def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:

@@ -80,6 +80,25 @@ def test_capacity_drops_the_oldest_episodes():
         SuccessBuffer(N, capacity=0)
 
 
+def test_per_env_buffer_draws_every_env_equally_and_drops_per_env():
+    buffer = SuccessBuffer(N, capacity=20, per_env=True)
+    # env 0: five 2-decision successes (10 decisions, its share); env 1: one of 2
+    ends = [(0, t, True) for t in (1, 3, 5, 7, 9)] + [(1, 1, True)]
+    assert buffer.add(_rollout(0, 10, ends)) == 6
+    obs, _ = buffer.sample(4000, torch.Generator().manual_seed(0), torch.device("cpu"))
+    from_env_1 = float((obs >= 100).float().mean())
+    assert 0.45 < from_env_1 < 0.55  # a uniform draw would give 2 / 12
+    # env 0 goes over its 10 decisions: its own oldest episode goes, env 1 keeps its one
+    buffer.add(_rollout(10, 2, [(0, 1, True)]))
+    assert (buffer.num_episodes, len(buffer)) == (6, 12)
+    assert _decisions(buffer) == {*(float(g) for g in range(2, 12)), 100.0, 101.0}
+    restored = SuccessBuffer(N, capacity=20, per_env=True)
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.num_episodes == 6 and _decisions(restored) == _decisions(buffer)
+    with pytest.raises(ValueError, match="num_envs"):
+        SuccessBuffer(N, capacity=1, per_env=True)
+
+
 def test_empty_buffer_sampling_says_so():
     with pytest.raises(ValueError, match="empty"):
         SuccessBuffer(N, 10).sample(4, torch.Generator(), torch.device("cpu"))
@@ -114,10 +133,12 @@ def test_update_moves_the_actor_mean_to_the_successful_actions_only():
     assert empty.loss is None and empty.steps == 0
 
 
-def test_trainer_imitates_its_successes_and_a_resumed_run_keeps_them(tmp_path):
+@pytest.mark.parametrize("per_env", [False, True])
+def test_trainer_imitates_its_successes_and_a_resumed_run_keeps_them(tmp_path, per_env):
     config = _config(
         tmp_path,
         "sil",
+        self_imitation_per_env=per_env,
         total_timesteps=160,
         num_steps=16,
         self_imitation_steps=3,
@@ -130,6 +151,7 @@ def test_trainer_imitates_its_successes_and_a_resumed_run_keeps_them(tmp_path):
     buffer = state["self_imitation"]["buffer"]
     # ReachEnv's random start policy reaches the goal in some episodes of 80 decisions
     assert buffer["episodes"], "no successful episode in 80 decisions"
+    assert buffer["per_env"] is per_env
     history = state["history"]
     imitated = [h for h in history if "self_imitation/loss" in h]
     assert imitated and all(h["self_imitation/steps"] == 3 for h in imitated)
