@@ -172,10 +172,6 @@ class LiberoTrainConfig(TrainConfig):
     kl_coef: float = 1.0
     kl_decay: float = 1.0
     self_imitation_steps: int = 16
-    self_imitation_per_env: bool = True
-    """Give every env (env i trains task i % tasks) an equal share of the success buffer
-    and of the imitation's draws; --no-self-imitation-per-env: one shared buffer, drawn
-    uniformly (the tasks that succeed most often and soonest then fill it)."""
     freeze_obs_norm: bool = True
     eval_at_start: bool = True
     eval_every_minutes: float | None = 3.0
