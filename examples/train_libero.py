@@ -704,7 +704,7 @@ def _finish(
     """Order the summary (the pinned keys, the per-task rates, then the rest), move the
     per-iteration curves to ``curves.json``, draw the pictures, write ``summary.json``."""
     from pipelined_vec_env.libero import suites
-    from reference_trainer.libero_tasks import per_task_success
+    from reference_trainer.libero_tasks import per_task_success, per_task_training_success
 
     evaluations = summary.get("evaluations") or []
     final = summary.get("final_eval")
@@ -727,6 +727,12 @@ def _finish(
         {
             "eval_success_rate_per_task_initial": per_task(first),
             "eval_success_rate_per_task_final": per_task(final),
+            **{
+                f"train_success_rate_per_task_{half}": None
+                if summary.get("train_success_per_env") is None
+                else per_task_training_success(summary["train_success_per_env"][half], len(tasks))
+                for half in ("first_half", "second_half")
+            },
             "suite": config.suite,
             "tasks": tasks,
             "language_instructions": [suites.get_task(config.suite, t).language for t in tasks],
@@ -979,10 +985,23 @@ def _report(summary: dict[str, Any]) -> str:
     before = summary.get("eval_success_rate_per_task_initial") or []
     after = summary.get("eval_success_rate_per_task_final") or []
     if len(summary["tasks"]) > 1 and before and after:
-        for t, text, b, a in zip(
-            summary["tasks"], summary["language_instructions"], before, after, strict=True
+        first = summary.get("train_success_rate_per_task_first_half") or [None] * len(before)
+        second = summary.get("train_success_rate_per_task_second_half") or [None] * len(before)
+        if any(v is not None for v in first + second):
+            lines.append(
+                "  per task, held-out before -> after (training episodes: first -> second half)"
+            )
+        for t, text, b, a, f, s in zip(
+            summary["tasks"],
+            summary["language_instructions"],
+            before,
+            after,
+            first,
+            second,
+            strict=True,
         ):
-            lines.append(f"  task {t}: {b:.2f} -> {a:.2f}  {text}")
+            training = "" if f is None and s is None else f" (training {fmt(f)} -> {fmt(s)})"
+            lines.append(f"  task {t}: {b:.2f} -> {a:.2f}{training}  {text}")
     if "demos" in summary:
         d, b = summary["demos"], summary["bc"]
         lines.append(

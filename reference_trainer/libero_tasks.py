@@ -31,6 +31,7 @@ __all__ = [
     "expert_for",
     "one_hot",
     "per_task_success",
+    "per_task_training_success",
 ]
 
 logger = logging.getLogger(__name__)
@@ -195,6 +196,25 @@ def one_hot(tasks: Sequence[int], task_id: int) -> np.ndarray:
     vector = np.zeros(len(tasks), dtype=np.float32)
     vector[list(tasks).index(task_id)] = 1.0
     return vector
+
+
+def per_task_training_success(per_env: dict[str, Any], num_tasks: int) -> list[float | None]:
+    """Each task's training success rate from one half of ``summary["train_success_per_env"]``
+    (env ``i`` trains task ``i % T``; its envs' episodes pooled).
+
+    Args:
+        per_env: ``{"episodes": [...], "success_rate": [...]}``, one entry per env.
+        num_tasks: ``T``.
+
+    Returns:
+        ``T`` rates in ``[0, 1]`` in task order, None for a task with no episode.
+    """
+    episodes = np.zeros(num_tasks)
+    successes = np.zeros(num_tasks)
+    for env, (n, rate) in enumerate(zip(per_env["episodes"], per_env["success_rate"], strict=True)):
+        episodes[env % num_tasks] += n
+        successes[env % num_tasks] += 0.0 if rate is None else rate * n
+    return [float(k / n) if n else None for k, n in zip(successes, episodes, strict=True)]
 
 
 def per_task_success(successes: Sequence[bool], num_tasks: int) -> list[float]:

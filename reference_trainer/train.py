@@ -288,6 +288,38 @@ def _curve_ends(history: list[dict[str, float]], key: str) -> tuple[float | None
     return float(np.mean(points[:k])), float(np.mean(points[-k:]))
 
 
+def _success_per_env(history: list[dict[str, Any]], num_envs: int) -> dict[str, Any] | None:
+    """Each env's training episodes and success rate in the first and the second half of
+    the run's iterations (an episode counts in the iteration whose rollout ended it).
+
+    Returns:
+        None when no episode reported success; else ``{"first_half": {"episodes": [...],
+        "success_rate": [...]}, "second_half": {...}}``, lists of ``num_envs`` (the rate
+        None for an env with no episode in that half).
+    """
+    if not any(h.get("_successes") for h in history):
+        return None
+    halves = {
+        "first_half": history[: len(history) // 2],
+        "second_half": history[len(history) // 2 :],
+    }
+    out: dict[str, Any] = {}
+    for name, entries in halves.items():
+        episodes = np.zeros(num_envs, dtype=np.int64)
+        successes = np.zeros(num_envs, dtype=np.int64)
+        for entry in entries:
+            for env, success in entry.get("_successes", []):
+                episodes[env] += 1
+                successes[env] += bool(success)
+        out[name] = {
+            "episodes": [int(n) for n in episodes],
+            "success_rate": [
+                float(k / n) if n else None for k, n in zip(successes, episodes, strict=True)
+            ],
+        }
+    return out
+
+
 @dataclass
 class _Run:
     """What the phases of one training run share: its parts and its counters."""
@@ -727,6 +759,7 @@ def _record_iteration(
         **{f"episode/{k}": v for k, v in episodes.items()},
         **{f"self_imitation/{k}": v for k, v in imitation.items()},
         "_returns": [r.episode_return for r in rollout.episodes],
+        "_successes": [[r.env_index, r.success] for r in rollout.episodes if r.success is not None],
     }
     run.history.append(entry)
     if run.writer is not None:
@@ -1017,6 +1050,7 @@ def _summary(
         "return_end": return_end,
         "train_success_rate_start": success_start,
         "train_success_rate_end": success_end,
+        "train_success_per_env": _success_per_env(history, config.num_envs),
         "throughput": {
             "env_steps_per_s_rollout": env_steps / rollout_s if rollout_s else None,
             "env_steps_per_s_overall": global_step / wall_s if wall_s else None,

@@ -152,6 +152,11 @@ def test_trainer_imitates_its_successes_and_a_resumed_run_keeps_them(tmp_path, p
     # ReachEnv's random start policy reaches the goal in some episodes of 80 decisions
     assert buffer["episodes"], "no successful episode in 80 decisions"
     assert buffer["per_env"] is per_env
+    # the summary counts every training episode once, per env and half of the run
+    per_env = summary["train_success_per_env"]
+    counted = sum(sum(per_env[h]["episodes"]) for h in ("first_half", "second_half"))
+    assert counted == sum(h["episode/episodes"] for h in state["history"])
+    assert all(len(per_env[h]["success_rate"]) == config.num_envs for h in per_env)
     history = state["history"]
     imitated = [h for h in history if "self_imitation/loss" in h]
     assert imitated and all(h["self_imitation/steps"] == 3 for h in imitated)

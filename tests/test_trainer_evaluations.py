@@ -326,3 +326,37 @@ def test_the_per_task_picture_writes_each_bar_s_value_so_a_task_at_zero_shows(
     path = module._plot_per_task(summary, tmp_path / "per_task.png")
     assert Path(path).stat().st_size > 0
     assert sorted(written) == ["0.0", "0.0", "0.4", "1.0"]
+
+
+def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_shows_it():
+    from reference_trainer.libero_tasks import per_task_training_success
+
+    from .conftest import load_script
+
+    # 4 envs on 2 tasks: envs 0 and 2 train task 0, envs 1 and 3 task 1; env 3 ended nothing
+    half = {"episodes": [2, 4, 2, 0], "success_rate": [0.5, 0.25, 1.0, None]}
+    assert per_task_training_success(half, 2) == [0.75, 0.25]
+    assert per_task_training_success({"episodes": [0, 0], "success_rate": [None, None]}, 2) == [
+        None,
+        None,
+    ]
+    module = load_script("examples/train_libero.py", "train_libero")
+    summary = {
+        "run_dir": "runs/x",
+        "mode": "finetune",
+        "eval_success_rate_initial": 0.2,
+        "eval_success_rate_final": 0.5,
+        "eval_episodes": 10,
+        "eval_success_rate_per_task_initial": [0.0, 0.4],
+        "eval_success_rate_per_task_final": [0.0, 1.0],
+        "train_success_rate_per_task_first_half": [0.75, None],
+        "train_success_rate_per_task_second_half": [1.0, 0.25],
+        "tasks": [0, 1],
+        "language_instructions": ["open the drawer", "close it"],
+        "budget_minutes": 15.0,
+        "total_wall_s": 850.0,
+        "loadavg_end": [1.0, 1.0, 1.0],
+    }
+    report = module._report(summary)
+    assert "task 0: 0.00 -> 0.00 (training 0.75 -> 1.00)  open the drawer" in report
+    assert "task 1: 0.40 -> 1.00 (training n/a -> 0.25)  close it" in report

@@ -496,6 +496,9 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert [e["init_states"] for e in evaluations[1:-1]] == [[45]] * (len(evaluations) - 2)
     assert evaluations[0]["init_states"] == evaluations[-1]["init_states"] == [45, 46]
     assert all(len(e["success_rate_per_task"]) == 2 for e in evaluations)
+    for half in ("first_half", "second_half"):  # None when no training episode ended
+        rates = summary[f"train_success_rate_per_task_{half}"]
+        assert rates is None or len(rates) == 2
     assert (run_dir / "per_task.png").stat().st_size > 0
     assert (run_dir / "learning_curve.png").stat().st_size > 0
     init = summary["init_states"]
