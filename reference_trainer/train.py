@@ -293,7 +293,7 @@ def _success_per_env(history: list[dict[str, Any]], num_envs: int) -> dict[str, 
     the run's iterations (an episode counts in the iteration whose rollout ended it).
 
     Returns:
-        None when no episode reported success; else ``{"first_half": {"episodes": [...],
+        None when no training episode carried a success flag (``info["is_success"]``); else ``{"first_half": {"episodes": [...],
         "success_rate": [...]}, "second_half": {...}}``, lists of ``num_envs`` (the rate
         None for an env with no episode in that half).
     """
