@@ -708,6 +708,7 @@ def _finish(
 
     evaluations = summary.get("evaluations") or []
     final = summary.get("final_eval")
+    per_env = summary.get("train_success_per_env")  # None when no episode flagged success
     first = evaluations[0] if evaluations and evaluations[0]["iteration"] == 0 else None
 
     def per_task(entry: dict[str, Any] | None) -> list[float] | None:
@@ -728,9 +729,8 @@ def _finish(
             "eval_success_rate_per_task_initial": per_task(first),
             "eval_success_rate_per_task_final": per_task(final),
             **{
-                f"train_success_rate_per_task_{half}": None
-                if summary.get("train_success_per_env") is None
-                else per_task_training_success(summary["train_success_per_env"][half], len(tasks))
+                f"train_success_rate_per_task_{half}": per_env
+                and per_task_training_success(per_env[half], len(tasks))
                 for half in ("first_half", "second_half")
             },
             "suite": config.suite,

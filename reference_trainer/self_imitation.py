@@ -211,9 +211,8 @@ class SuccessBuffer:
         self._episodes = [deque() for _ in self._episodes]
         self._sizes = [0] * len(self._episodes)
         self._cache = None
-        for item in state["episodes"]:
-            env = int(item.get("env", 0)) if self.per_env else 0
-            self._keep([(item["obs"], item["actions"])], env)
+        for item in state["episodes"]:  # `_keep` files them all in one group unless per_env
+            self._keep([(item["obs"], item["actions"])], int(item.get("env", 0)))
         self.episodes_added = int(state.get("episodes_added", self.num_episodes))
         self.discard_pending()
 
