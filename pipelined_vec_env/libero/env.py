@@ -17,6 +17,7 @@ import numpy as np
 
 from . import suites
 from .goal_features import NUM_GOAL_FEATURES, GoalFeatures
+from .lean_step import LeanStep
 from .shaping import GoalShaping
 
 __all__ = ["CAMERA_KEYS", "STATE_FEATURES", "LiberoEnv"]
@@ -135,6 +136,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         pad_state: bool = True,
         state_features: StateFeatures = "full",
         render_mode: str | None = None,
+        lean_step: bool = True,
     ) -> None:
         """Build the simulator for one task.
 
@@ -154,6 +156,10 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
                 ``goal_features``) or ``"both"``.
             render_mode: None or ``"rgb_array"`` (renders the agentview camera at
                 ``image_size``, upright, from `render`).
+            lean_step: Skip the work of robosuite's step that nothing reads: the
+                controller's second ``mj_forward`` per substep and, with
+                ``state_features="goal"``, robosuite's observables (`lean_step`);
+                trajectories are the same either way, only faster.
 
         Raises:
             ValueError: Unknown suite, task, camera, flip, reward type, state features or
@@ -184,8 +190,10 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self.pad_state = bool(pad_state)
         self.state_features: StateFeatures = state_features
         self.render_mode = render_mode
+        self.lean_step = bool(lean_step)
 
         self._sim_env: Any = None
+        self._lean: LeanStep | None = None
         self._shaping: GoalShaping | None = None
         self._goal_features: GoalFeatures | None = None
         self._potential = 0.0
@@ -256,12 +264,22 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         self._goal_features = GoalFeatures(self._sim_env.env)
         raw = self._sim_env.reset()
         self._task_state_size = len(self._state_vector(raw))
+        self._lean = LeanStep(self._sim_env.env) if self.lean_step else None
+        if self._lean is not None and self.state_features == "goal":
+            self._lean.disable_observables(
+                keep={f"{CAMERA_KEYS[c][0]}_image" for c in self.cameras}
+            )
         logger.debug("built %s task %d (%s)", self.suite, task_id, task.name)
 
     # --------------------------------------------------------------------------- helpers
     @staticmethod
     def _state_vector(raw: dict[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([raw["robot0_proprio-state"], raw["object-state"]])
+
+    def _sim_step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, Any]:
+        if self._lean is not None:
+            return self._lean.step(self._sim_env, action)
+        return self._sim_env.step(action)
 
     def _flip(self, image: np.ndarray) -> np.ndarray:
         flipped = image[::-1, ::-1] if self.image_flip == "rotate180" else image[::-1]
@@ -374,7 +392,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             success = bool(self._sim_env.check_success())
             noop = _noop_action()
             for _ in range(self.num_settle_steps):
-                raw, _, done, _ = self._sim_env.step(noop)
+                raw, _, done, _ = self._sim_step(noop)
                 success = bool(done)
         finally:
             self._set_cameras_enabled(True)
@@ -436,7 +454,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         action = np.asarray(action, dtype=np.float64).reshape(-1)
         if action.shape != (7,):
             raise ValueError(f"LIBERO actions have 7 elements, got shape {action.shape}.")
-        raw, sparse_reward, done, _ = self._sim_env.step(np.clip(action, -1.0, 1.0))
+        raw, sparse_reward, done, _ = self._sim_step(np.clip(action, -1.0, 1.0))
         self._elapsed_steps += 1
         success = bool(done)
         info: dict[str, Any] = {"is_success": success}

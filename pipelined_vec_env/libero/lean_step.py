@@ -1,0 +1,97 @@
+"""The work of a robosuite step that a `LiberoEnv` step may skip, nothing it returns changed.
+
+robosuite runs its arm controller at every physics substep (25 per 20 Hz control step).
+Two parts of that work are thrown away in a `LiberoEnv`:
+
+- **The controller's own** ``mj_forward``. robosuite's step loop calls ``MjSim.forward``
+  right before the controller runs, and the controller's update (robosuite 1.4
+  ``Controller.update``) calls it again on the same state. Nothing in between changes the
+  positions, velocities, controls or the solver's warm start that ``mj_forward`` reads
+  (MuJoCo saves the warm start in ``mj_step``), so the second call writes the same values
+  again. `LeanStep.step` turns it into a no-op for the length of one step; during a
+  reset the controller's forward runs as before (the state was just set there).
+- **The observables** (about 40 robosuite sensors, looked at every substep and sampled
+  every control step) when the observation does not read them: with
+  ``state_features="goal"`` it is built from the simulator through
+  `pipelined_vec_env.libero.goal_features`. `LeanStep.disable_observables` turns them
+  off, camera images excepted.
+
+Trajectories are bit-identical with and without (``tests/test_libero_env.py`` compares the
+simulator state after every step and reset). What it saves, interleaved in one process:
+docs/libero.md, "Cost".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import Any
+
+__all__ = ["LeanStep"]
+
+
+class _ControllerSim:
+    """The simulator as one robosuite controller sees it: every attribute the real
+    ``MjSim``'s, except that ``forward`` does nothing while ``skip_forward`` is set."""
+
+    __slots__ = ("sim", "skip_forward")
+
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+        self.skip_forward = False
+
+    def forward(self) -> None:
+        if not self.skip_forward:
+            self.sim.forward()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sim, name)
+
+
+class LeanStep:
+    """Steps one robosuite task env without the work whose results nothing reads.
+
+    Args:
+        task_env: The robosuite env (LIBERO's ``ControlEnv.env``): its ``robots`` (each
+            with a ``controller`` holding ``sim``), ``observation_names`` and
+            ``modify_observable`` are used. A robot without that controller layout (another
+            robosuite version) is stepped as robosuite does, without the skip.
+    """
+
+    def __init__(self, task_env: Any) -> None:
+        self.task_env = task_env
+
+    def disable_observables(self, keep: Container[str] = ()) -> list[str]:
+        """Turn off every robosuite observable not named in ``keep``; return the names
+        turned off. The env's raw observation dict then lacks them, so call this only when
+        nothing reads them (``state_features="goal"``)."""
+        task_env = self.task_env
+        names = sorted(name for name in task_env.observation_names if name not in keep)
+        for name in names:
+            task_env.modify_observable(name, "enabled", False)
+        return names
+
+    def step(self, control_env: Any, action: Any) -> Any:
+        """``control_env.step(action)`` (robosuite's 4-tuple) with each controller's
+        redundant ``mj_forward`` skipped; the controllers are rebuilt at every robosuite
+        reset, so their simulator is wrapped again here where needed."""
+        wrapped = self._controller_sims()
+        for sim in wrapped:
+            sim.skip_forward = True
+        try:
+            return control_env.step(action)
+        finally:
+            for sim in wrapped:
+                sim.skip_forward = False
+
+    def _controller_sims(self) -> list[_ControllerSim]:
+        wrapped = []
+        for robot in self.task_env.robots:
+            controller = getattr(robot, "controller", None)
+            sim = getattr(controller, "sim", None)
+            if sim is None:
+                continue
+            if type(sim) is not _ControllerSim:
+                sim = _ControllerSim(sim)
+                controller.sim = sim
+            wrapped.append(sim)
+        return wrapped
