@@ -1,13 +1,13 @@
 """Behaviour cloning of one LIBERO task's scripted expert, judged on held-out init states.
 
-Three steps, as docs/libero.md runs them by hand: the task's expert collects demos from
+Three steps, as docs/libero_figures.md runs them by hand: the task's expert collects demos from
 ``--demo-init-states`` with DART noise (`pipelined_vec_env.libero.collect.collect_demos`;
 only successful episodes are kept), `reference_trainer.bc.train_bc` clones them into the
 PPO actor, and the cloned policy runs once, deterministically, from each of
 ``--eval-init-states`` (none of which a demo used). The JSON records the demos (episodes
 kept, env steps, wall time), the BC metrics (held-out action MSE and its mean-action
 baseline), the evaluation's successes per init state, the machine, its load and the
-commit; the table is one row as docs/libero.md shows it.
+commit; the table is one row as docs/libero_figures.md shows it.
 
 Run::
 

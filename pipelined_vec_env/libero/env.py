@@ -67,7 +67,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
           target, their differences); present with ``state_features="goal"`` or
           ``"both"``. Behaviour cloning from few demonstrations needs them: on the full
           ``state`` a cloned policy memorises features that are constant within an
-          episode (docs/libero.md).
+          episode (docs/libero_figures.md).
         * ``agentview_image`` / ``wrist_image`` (only for the ``cameras`` asked for):
           uint8 ``(H, W, 3)`` RGB, upright. Robosuite renders them with OpenGL's
           bottom-up row order; ``image_flip="vertical"`` (default) undoes exactly that;

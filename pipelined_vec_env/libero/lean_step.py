@@ -18,7 +18,7 @@ Two parts of that work are thrown away in a `LiberoEnv`:
 
 Trajectories are bit-identical with and without (``tests/test_libero_env.py`` compares the
 simulator state after every step and reset). What it saves, interleaved in one process:
-docs/libero.md, "Cost".
+docs/libero_figures.md, "Cost".
 """
 
 from __future__ import annotations
