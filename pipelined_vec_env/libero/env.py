@@ -111,6 +111,8 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         horizon: Policy steps before truncation.
         num_settle_steps: No-op steps after restoring an init state.
         reward_type: ``"sparse"`` or ``"dense"``.
+        lean_step: Whether steps skip robosuite's work that nothing reads (set at
+            construction; read when the simulator is built, at a task switch too).
 
     Examples:
         >>> env = LiberoEnv("libero_object", task_id=0)  # doctest: +SKIP
