@@ -31,12 +31,16 @@ __all__ = ["LeanStep"]
 
 class _ControllerSim:
     """The simulator as one robosuite controller sees it: every attribute the real
-    ``MjSim``'s, except that ``forward`` does nothing while ``skip_forward`` is set."""
+    ``MjSim``'s, except that ``forward`` does nothing while ``skip_forward`` is set.
 
-    __slots__ = ("sim", "skip_forward")
+    ``data`` and ``model``, which an ``MjSim`` sets once and the controller reads about
+    400 times a step, are held here, so only rarer reads go through ``__getattr__``."""
+
+    __slots__ = ("data", "model", "sim", "skip_forward")
 
     def __init__(self, sim: Any) -> None:
         self.sim = sim
+        self.data, self.model = sim.data, sim.model
         self.skip_forward = False
 
     def forward(self) -> None:
@@ -60,15 +64,13 @@ class LeanStep:
     def __init__(self, task_env: Any) -> None:
         self.task_env = task_env
 
-    def disable_observables(self, keep: Container[str] = ()) -> list[str]:
-        """Turn off every robosuite observable not named in ``keep``; return the names
-        turned off. The env's raw observation dict then lacks them, so call this only when
-        nothing reads them (``state_features="goal"``)."""
-        task_env = self.task_env
-        names = sorted(name for name in task_env.observation_names if name not in keep)
-        for name in names:
-            task_env.modify_observable(name, "enabled", False)
-        return names
+    def disable_observables(self, keep: Container[str] = ()) -> None:
+        """Turn off every robosuite observable not named in ``keep``. The env's raw
+        observation dict then lacks them, so call this only when nothing reads them
+        (``state_features="goal"``)."""
+        for name in self.task_env.observation_names:
+            if name not in keep:
+                self.task_env.modify_observable(name, "enabled", False)
 
     def step(self, control_env: Any, action: Any) -> Any:
         """``control_env.step(action)`` (robosuite's 4-tuple) with each controller's
