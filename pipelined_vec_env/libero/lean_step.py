@@ -1,30 +1,43 @@
 """The work of a robosuite step that a `LiberoEnv` step may skip, nothing it returns changed.
 
-robosuite runs its arm controller at every physics substep (25 per 20 Hz control step).
-Two parts of that work are thrown away in a `LiberoEnv`:
+robosuite runs its arm controller at every physics substep (25 per 20 Hz control step):
+``sim.forward()``, the controller, ``sim.step()``. Three parts of that work are thrown
+away in a `LiberoEnv`:
 
-- **The controller's own** ``mj_forward``. robosuite's step loop calls ``MjSim.forward``
-  right before the controller runs, and the controller's update (robosuite 1.4
-  ``Controller.update``) calls it again on the same state. Nothing in between changes the
-  positions, velocities, controls or the solver's warm start that ``mj_forward`` reads
-  (MuJoCo saves the warm start in ``mj_step``), so the second call writes the same values
-  again. `LeanStep.step` turns it into a no-op for the length of one step; during a
-  reset the controller's forward runs as before (the state was just set there).
+- **The controller's own** ``mj_forward``. The controller's update (robosuite 1.4
+  ``Controller.update``) calls it again on the state the loop just brought forward.
+  Nothing in between changes the positions, velocities, controls or the solver's warm
+  start that ``mj_forward`` reads (MuJoCo saves the warm start in ``mj_step``), so the
+  second call writes the same values again. `LeanStep.step` turns it into a no-op for the
+  length of one step; during a reset the controller's forward runs as before (the state
+  was just set there).
+- **The acceleration half of the loop's** ``mj_forward`` at substeps 2 to 25. The loop's
+  forward runs with the controls of the substep before, and ``mj_step`` then runs the
+  whole forward pass again with the new ones. The controller reads only what depends on
+  positions and velocities (site poses and velocities, Jacobians, the mass matrix, bias
+  forces), so those substeps run MuJoCo's split step instead: ``mj_step1`` (the position
+  and velocity stages) where the loop calls forward and ``mj_step2`` (actuation,
+  acceleration, constraints, integration) where it calls step; MuJoCo documents the pair
+  as ``mj_step`` with the controls set in between, for every integrator but RK4, for
+  which the split is not used. The first substep keeps the full forward: robosuite's
+  robot reads the end-effector force sensors (an acceleration stage) there.
 - **The observables** (about 40 robosuite sensors, looked at every substep and sampled
   every control step) when the observation does not read them: with
   ``state_features="goal"`` it is built from the simulator through
   `pipelined_vec_env.libero.goal_features`. `LeanStep.disable_observables` turns them
   off, camera images excepted.
 
-Trajectories are bit-identical with and without (``tests/test_libero_env.py`` compares the
-simulator state after every step and reset). What it saves, interleaved in one process:
-docs/libero_figures.md, "Cost".
+Trajectories are bit-identical with and without (``tests/test_libero_lean_step.py``
+compares the observations, rewards, infos and the simulator state after every step and
+reset). What it saves, interleaved in one process: docs/libero_figures.md, "Cost".
 """
 
 from __future__ import annotations
 
 from collections.abc import Container
 from typing import Any
+
+import mujoco
 
 __all__ = ["LeanStep"]
 
@@ -51,6 +64,35 @@ class _ControllerSim:
         return getattr(self.sim, name)
 
 
+class _LoopSim:
+    """The simulator as robosuite's step loop sees it for one control step: substep 1 runs
+    the real ``forward`` and ``step``; substeps 2 to ``substeps`` run ``mj_step1`` for the
+    loop's ``forward`` and ``mj_step2`` for its ``step``. After the last substep every
+    call goes to the real ``MjSim`` again. Other attributes are the real ``MjSim``'s."""
+
+    __slots__ = ("data", "model", "sim", "substep", "substeps")
+
+    def __init__(self, sim: Any, substeps: int) -> None:
+        self.sim, self.substeps, self.substep = sim, substeps, 0
+        self.data, self.model = sim.data, sim.model
+
+    def forward(self) -> None:
+        if 0 < self.substep < self.substeps:
+            mujoco.mj_step1(self.model._model, self.data._data)
+        else:
+            self.sim.forward()
+
+    def step(self, with_udd: bool = True) -> None:
+        if 0 < self.substep < self.substeps:
+            mujoco.mj_step2(self.model._model, self.data._data)
+        else:
+            self.sim.step(with_udd)
+        self.substep += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sim, name)
+
+
 class LeanStep:
     """Steps one robosuite task env without the work whose results nothing reads.
 
@@ -63,6 +105,9 @@ class LeanStep:
 
     def __init__(self, task_env: Any) -> None:
         self.task_env = task_env
+        # the substep count of robosuite's loop, computed as robosuite computes it
+        self._substeps = int(task_env.control_timestep / task_env.model_timestep)
+        self._split = task_env.sim.model._model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
 
     def disable_observables(self, keep: Container[str] = ()) -> None:
         """Turn off every robosuite observable not named in ``keep``. The env's raw
@@ -73,15 +118,20 @@ class LeanStep:
                 self.task_env.modify_observable(name, "enabled", False)
 
     def step(self, control_env: Any, action: Any) -> Any:
-        """``control_env.step(action)`` (robosuite's 4-tuple) with each controller's
-        redundant ``mj_forward`` skipped; the controllers are rebuilt at every robosuite
-        reset, so their simulator is wrapped again here where needed."""
+        """``control_env.step(action)`` (robosuite's 4-tuple) with the work above skipped.
+        The controllers are rebuilt at every robosuite reset, so their simulator is
+        wrapped again here where needed; the loop's simulator is swapped in for the
+        length of this call."""
         wrapped = self._controller_sims()
         for sim in wrapped:
             sim.skip_forward = True
+        real_sim = self.task_env.sim
+        if self._split:
+            self.task_env.sim = _LoopSim(real_sim, self._substeps)
         try:
             return control_env.step(action)
         finally:
+            self.task_env.sim = real_sim
             for sim in wrapped:
                 sim.skip_forward = False
 
