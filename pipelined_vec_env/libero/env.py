@@ -159,9 +159,10 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             render_mode: None or ``"rgb_array"`` (renders the agentview camera at
                 ``image_size``, upright, from `render`).
             lean_step: Skip the work of robosuite's step that nothing reads: the
-                controller's second ``mj_forward`` per substep and, with
-                ``state_features="goal"``, robosuite's observables (`lean_step`);
-                trajectories are the same either way, only faster.
+                controller's second ``mj_forward`` per substep, the acceleration half
+                of the loop's (MuJoCo's split step) and, with ``state_features="goal"``,
+                robosuite's observables (`lean_step`); trajectories are the same either
+                way, only faster.
 
         Raises:
             ValueError: Unknown suite, task, camera, flip, reward type, state features or
