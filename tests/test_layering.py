@@ -33,6 +33,8 @@ ALLOWED = {
     "robot._ref_gripper_joint_vel_indexes",
     "self._env._eval_predicate",
     "self._sim_env.env._get_observations",
+    "sim.model._model",  # robosuite's MjSim wrappers hold MuJoCo's MjModel / MjData there
+    "sim.data._data",
 }
 
 

@@ -68,23 +68,28 @@ class _LoopSim:
     """The simulator as robosuite's step loop sees it for one control step: substep 1 runs
     the real ``forward`` and ``step``; substeps 2 to ``substeps`` run ``mj_step1`` for the
     loop's ``forward`` and ``mj_step2`` for its ``step``. After the last substep every
-    call goes to the real ``MjSim`` again. Other attributes are the real ``MjSim``'s."""
+    call goes to the real ``MjSim`` again. Other attributes are the real ``MjSim``'s.
 
-    __slots__ = ("data", "model", "sim", "substep", "substeps")
+    MuJoCo's own ``MjModel`` and ``MjData``, which the split step takes, are the
+    ``_model`` and ``_data`` of robosuite's wrappers (robosuite's ``MjSim.step`` reads
+    them the same way); they are read once here."""
+
+    __slots__ = ("data", "mj_data", "mj_model", "model", "sim", "substep", "substeps")
 
     def __init__(self, sim: Any, substeps: int) -> None:
         self.sim, self.substeps, self.substep = sim, substeps, 0
         self.data, self.model = sim.data, sim.model
+        self.mj_model, self.mj_data = sim.model._model, sim.data._data
 
     def forward(self) -> None:
         if 0 < self.substep < self.substeps:
-            mujoco.mj_step1(self.model._model, self.data._data)
+            mujoco.mj_step1(self.mj_model, self.mj_data)
         else:
             self.sim.forward()
 
     def step(self, with_udd: bool = True) -> None:
         if 0 < self.substep < self.substeps:
-            mujoco.mj_step2(self.model._model, self.data._data)
+            mujoco.mj_step2(self.mj_model, self.mj_data)
         else:
             self.sim.step(with_udd)
         self.substep += 1
@@ -107,7 +112,7 @@ class LeanStep:
         self.task_env = task_env
         # the substep count of robosuite's loop, computed as robosuite computes it
         self._substeps = int(task_env.control_timestep / task_env.model_timestep)
-        self._split = task_env.sim.model._model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
+        self._split = task_env.sim.model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
 
     def disable_observables(self, keep: Container[str] = ()) -> None:
         """Turn off every robosuite observable not named in ``keep``. The env's raw
