@@ -42,44 +42,58 @@ import mujoco
 __all__ = ["LeanStep"]
 
 
-class _ControllerSim:
-    """The simulator as one robosuite controller sees it: every attribute the real
-    ``MjSim``'s, except that ``forward`` does nothing while ``skip_forward`` is set.
+class _SimProxy:
+    """A robosuite ``MjSim`` seen through a proxy: every attribute is the real one's
+    unless a subclass overrides it. ``data`` and ``model``, which an ``MjSim`` sets once
+    and robosuite reads hundreds of times a step, are held here, so only rarer reads go
+    through ``__getattr__``."""
 
-    ``data`` and ``model``, which an ``MjSim`` sets once and the controller reads about
-    400 times a step, are held here, so only rarer reads go through ``__getattr__``."""
-
-    __slots__ = ("data", "model", "sim", "skip_forward")
+    __slots__ = ("data", "model", "sim")
 
     def __init__(self, sim: Any) -> None:
         self.sim = sim
         self.data, self.model = sim.data, sim.model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sim, name)
+
+
+class _ControllerSim(_SimProxy):
+    """The simulator as one robosuite controller sees it: ``forward`` does nothing while
+    ``skip_forward`` is set."""
+
+    __slots__ = ("skip_forward",)
+
+    def __init__(self, sim: Any) -> None:
+        super().__init__(sim)
         self.skip_forward = False
 
     def forward(self) -> None:
         if not self.skip_forward:
             self.sim.forward()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.sim, name)
 
-
-class _LoopSim:
-    """The simulator as robosuite's step loop sees it for one control step: substep 1 runs
-    the real ``forward`` and ``step``; substeps 2 to ``substeps`` run ``mj_step1`` for the
-    loop's ``forward`` and ``mj_step2`` for its ``step``. After the last substep every
-    call goes to the real ``MjSim`` again. Other attributes are the real ``MjSim``'s.
+class _LoopSim(_SimProxy):
+    """The simulator as robosuite's step loop sees it during one control step (``start``
+    begins one): substep 1 runs the real ``forward`` and ``step``; substeps 2 to
+    ``substeps`` run ``mj_step1`` for the loop's ``forward`` and ``mj_step2`` for its
+    ``step``. Past the last substep every call goes to the real ``MjSim`` again.
 
     MuJoCo's own ``MjModel`` and ``MjData``, which the split step takes, are the
     ``_model`` and ``_data`` of robosuite's wrappers (robosuite's ``MjSim.step`` reads
     them the same way); they are read once here."""
 
-    __slots__ = ("data", "mj_data", "mj_model", "model", "sim", "substep", "substeps")
+    __slots__ = ("mj_data", "mj_model", "substep", "substeps")
 
     def __init__(self, sim: Any, substeps: int) -> None:
-        self.sim, self.substeps, self.substep = sim, substeps, 0
-        self.data, self.model = sim.data, sim.model
+        super().__init__(sim)
+        self.substeps, self.substep = substeps, 0
         self.mj_model, self.mj_data = sim.model._model, sim.data._data
+
+    def start(self) -> _LoopSim:
+        """Begin a control step at substep 1; return self."""
+        self.substep = 0
+        return self
 
     def forward(self) -> None:
         if 0 < self.substep < self.substeps:
@@ -93,9 +107,6 @@ class _LoopSim:
         else:
             self.sim.step(with_udd)
         self.substep += 1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.sim, name)
 
 
 class LeanStep:
@@ -113,6 +124,7 @@ class LeanStep:
         # the substep count of robosuite's loop, computed as robosuite computes it
         self._substeps = int(task_env.control_timestep / task_env.model_timestep)
         self._split = task_env.sim.model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
+        self._loop_sim: _LoopSim | None = None
 
     def disable_observables(self, keep: Container[str] = ()) -> None:
         """Turn off every robosuite observable not named in ``keep``. The env's raw
@@ -132,13 +144,19 @@ class LeanStep:
             sim.skip_forward = True
         real_sim = self.task_env.sim
         if self._split:
-            self.task_env.sim = _LoopSim(real_sim, self._substeps)
+            self.task_env.sim = self._loop_sim_of(real_sim).start()
         try:
             return control_env.step(action)
         finally:
             self.task_env.sim = real_sim
             for sim in wrapped:
                 sim.skip_forward = False
+
+    def _loop_sim_of(self, sim: Any) -> _LoopSim:
+        """The loop's proxy of ``sim``, made once per simulator."""
+        if self._loop_sim is None or self._loop_sim.sim is not sim:
+            self._loop_sim = _LoopSim(sim, self._substeps)
+        return self._loop_sim
 
     def _controller_sims(self) -> list[_ControllerSim]:
         wrapped = []
