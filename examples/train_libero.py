@@ -250,6 +250,7 @@ GROUPS = (
             "self_imitation_batch_size",
             "self_imitation_capacity",
             "self_imitation_per_env",
+            "self_imitation_sign_dims",
             "freeze_obs_norm",
         ),
     ),
@@ -354,6 +355,7 @@ HINTS = {
     "train_init_states": "(default: 0:45 with several tasks, 0:30 with --task-id)",
     "eval_init_states": "(default: 45:50 with several tasks, 5 per task; 30:50 with --task-id)",
     "cameras": "(default: no camera)",
+    "self_imitation_sign_dims": "(default: none; every target is the action taken)",
     "init_log_std": "(default: -0.5; used only where --init-log-std-per-dim is empty, as "
     "with --from-scratch)",
     "run_name": "(default: suite, all tasks or taskN, mode, seed and process id, e.g. "
@@ -617,7 +619,7 @@ def run(config: LiberoTrainConfig, started: float | None = None) -> dict[str, An
         which = "all" if config.task_id is None else f"task{config.task_id}"
         name = f"{config.suite}_{which}_{_mode(config)}__s{config.seed}__{os.getpid()}"
         config = dataclasses.replace(config, run_name=name)
-    config = _eval_episode_counts(config, tasks)
+    config = eval_episode_counts(config, tasks)
     run_dir = run_directory(config)  # the directory train() writes into (a resumed run's)
     log_file = RunLog(run_dir / "train.log")  # the whole job's log; train() writes into it
     try:
@@ -631,7 +633,7 @@ def run(config: LiberoTrainConfig, started: float | None = None) -> dict[str, An
     return summary
 
 
-def _eval_episode_counts(config: LiberoTrainConfig, tasks: list[int]) -> LiberoTrainConfig:
+def eval_episode_counts(config: LiberoTrainConfig, tasks: list[int]) -> LiberoTrainConfig:
     """The config with ``eval_episodes`` (every task times --eval-init-states) and
     ``eval_during_episodes`` (every task times --eval-during-init-states) set.
 
@@ -758,11 +760,31 @@ def _finish(
     return ordered
 
 
-def _evaluate_checkpoint(
-    config: LiberoTrainConfig, factory: LiberoEnvFactory, checkpoint: str
+def evaluate_checkpoint(
+    config: LiberoTrainConfig,
+    factory: LiberoEnvFactory,
+    checkpoint: str,
+    noise_seed: int | None = None,
 ) -> dict[str, Any]:
-    """Evaluate a BC checkpoint as the trainer does: on a 2-stage vector env's workers.
-    Its ``wall_s`` counts the workers' start (building LIBERO envs takes seconds) too."""
+    """Evaluate a BC or trainer checkpoint as the trainer does: ``config.eval_episodes``
+    episodes of ``factory``'s evaluation init states on a 2-stage vector env's workers.
+
+    The agent is built as the trainer builds it: a BC checkpoint gets
+    ``--init-log-std-per-dim`` (the std RL starts from), and ``--explore-dims`` says which
+    dimensions a sampled action perturbs.
+
+    Args:
+        config: the job's config (suite, tasks, features, init states, layout).
+        factory: the env factory of ``config``.
+        checkpoint: a ``bc.pt``, a trainer checkpoint or a run directory.
+        noise_seed: None acts with the policy mean (the job's evaluations); an int samples
+            actions as training does, the noise seeded with it.
+
+    Returns:
+        The evaluation's scalars (``success_rate``, ``return_mean``, ...), ``successes``
+        (one bool per episode, episode ``j`` being task ``j % T``), ``wall_s`` (the
+        workers' start included: building LIBERO envs takes seconds) and ``checkpoint``.
+    """
     import torch
 
     from reference_trainer.agent import ActorCritic
@@ -785,7 +807,10 @@ def _evaluate_checkpoint(
             envs.single_action_space,
             hidden_sizes=config.hidden_sizes,
         )
-        load_init_checkpoint(agent, Path(checkpoint), device)
+        loaded = load_init_checkpoint(agent, Path(checkpoint), device)
+        if loaded["kind"] == "bc" and config.init_log_std_per_dim:
+            agent.set_log_std(config.init_log_std_per_dim)
+        agent.set_explore_dims(config.explore_dims)
         collector = RolloutCollector(
             envs,
             agent,
@@ -794,7 +819,9 @@ def _evaluate_checkpoint(
             steps_info_key=factory.steps_info_key,
             steps_per_decision=factory.steps_per_decision,
         )
-        result = evaluate_on_vector_env(collector, factory, config.eval_episodes, config.eval_seed)
+        result = evaluate_on_vector_env(
+            collector, factory, config.eval_episodes, config.eval_seed, noise_seed=noise_seed
+        )
     finally:
         envs.close()
     return {
@@ -812,13 +839,13 @@ def _bc_control(
 ) -> dict[str, Any]:
     """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate."""
     t0 = time.time()
-    before = _evaluate_checkpoint(config, factory, str(config.init_checkpoint))
+    before = evaluate_checkpoint(config, factory, str(config.init_checkpoint))
     # the evaluation after BC is planned as the trainer plans its final one
     after_s = eval_estimate([before], int(before["episodes"]), config.num_envs, 0, None)
     left = 0.0 if deadline is None else deadline - time.time() - after_s - FINISH_MARGIN_S
     minutes = max(0.1, left / 60)
     bc = _clone(config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes)
-    after = _evaluate_checkpoint(config, factory, bc["checkpoint"])
+    after = evaluate_checkpoint(config, factory, bc["checkpoint"])
     after["label"] = "after longer BC"
     return {
         "eval_success_rate_initial": before["success_rate"],

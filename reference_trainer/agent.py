@@ -336,6 +336,28 @@ class ActorCritic(nn.Module):
         # which flattened action entries explore (None: all); not saved in checkpoints
         self.explore_mask: torch.Tensor | None = None
 
+    def set_log_std(self, log_std: Sequence[float]) -> None:
+        """Set the log std per action dimension, repeated over an action chunk.
+
+        Args:
+            log_std: one value per dimension of one action (``A`` of ``(K, A)``), or one
+                per flattened entry.
+
+        Raises:
+            ValueError: if the action size is not a multiple of ``len(log_std)``.
+        """
+        size = self.actor_log_std.numel()
+        if not log_std or size % len(log_std):
+            raise ValueError(
+                f"init_log_std_per_dim: {len(log_std)} values do not divide the action size "
+                f"{size} (action shape {self.action_shape}); give one value per action dimension"
+            )
+        values = torch.tensor(list(log_std), dtype=self.actor_log_std.dtype)
+        with torch.no_grad():
+            self.actor_log_std.copy_(
+                values.repeat(size // len(log_std)).to(self.actor_log_std.device)
+            )
+
     def set_explore_dims(self, dims: Sequence[int]) -> None:
         """Explore only along these action dimensions (repeated over an action chunk).
 

@@ -148,6 +148,12 @@ class TrainConfig:
     """Split the success buffer equally over the envs and draw equally from each env's
     successes: with env i on task i % tasks, every task gets the same share of the
     imitation (a uniform draw favours the tasks that succeed most often and soonest)."""
+    self_imitation_sign_dims: tuple[int, ...] = ()
+    """Action dimensions (of one action, repeated over a chunk) whose self-imitation target
+    is the sign of the action taken, not its value: for an env that acts on the sign
+    alone, as robosuite's gripper does (LIBERO: 6). Successful episodes that opened or
+    closed the hand then pull the mean to -1 or +1 there, where regressing onto the raw
+    values averages them toward 0, the threshold, and leaves the mean undecided."""
     freeze_obs_norm: bool = False
     """Keep the observation normaliser as loaded (a BC actor's inputs stay what it was
     trained on) instead of updating it from rollouts."""

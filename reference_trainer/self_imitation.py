@@ -15,6 +15,7 @@ and the environment's reward: no expert is asked.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ import torch
 from reference_trainer.agent import ActorCritic, ObsBatch, map_obs
 from reference_trainer.rollout import Rollout
 
-__all__ = ["SelfImitationStats", "SuccessBuffer", "self_imitation_update"]
+__all__ = ["SelfImitationStats", "SuccessBuffer", "self_imitation_update", "sign_dims_mask"]
 
 
 def _obs_column(obs: ObsBatch, t0: int, t1: int, env: int) -> ObsBatch:
@@ -237,6 +238,29 @@ class SelfImitationStats:
         return out
 
 
+def sign_dims_mask(action_shape: tuple[int, ...], dims: Sequence[int]) -> torch.Tensor | None:
+    """The 0/1 mask over a flattened action of shape ``action_shape`` (``(A,)`` or an action
+    chunk ``(K, A)``) that is 1 at dimensions ``dims`` of every action; None for no dims.
+
+    Raises:
+        ValueError: for an index outside ``[0, A)``.
+
+    Examples:
+        >>> sign_dims_mask((2, 3), [2]).tolist()
+        [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    """
+    if not dims:
+        return None
+    per_action = action_shape[-1]
+    if not all(0 <= d < per_action for d in dims):
+        raise ValueError(
+            f"self_imitation_sign_dims: expected indices in [0, {per_action}), got {list(dims)}"
+        )
+    mask = torch.zeros(per_action)
+    mask[list(dims)] = 1.0
+    return mask.repeat(int(np.prod(action_shape)) // per_action)
+
+
 def self_imitation_update(
     agent: ActorCritic,
     optimizer: torch.optim.Optimizer,
@@ -246,12 +270,14 @@ def self_imitation_update(
     batch_size: int,
     generator: torch.Generator,
     max_grad_norm: float = 0.5,
+    sign_mask: torch.Tensor | None = None,
 ) -> SelfImitationStats:
     """Regress the actor's mean onto buffered successful actions for ``steps`` minibatches.
 
     Loss per minibatch: the mean over its ``batch_size`` decisions and all action entries
-    of ``(mean(obs) - action) ** 2`` (as `reference_trainer.bc` on demos). The log std and
-    the critic are not touched; give ``optimizer`` the actor's parameters only.
+    of ``(mean(obs) - target) ** 2`` (as `reference_trainer.bc` on demos), the target being
+    the action taken, or its sign where ``sign_mask`` is 1. The log std and the critic
+    are not touched; give ``optimizer`` the actor's parameters only.
 
     Args:
         agent: the actor-critic.
@@ -261,6 +287,8 @@ def self_imitation_update(
         batch_size: decisions per step.
         generator: CPU generator for the draws (reproducible).
         max_grad_norm: gradient norm clip.
+        sign_mask: ``(action_dim,)`` of 0/1 over the flattened action (see
+            `sign_dims_mask`), or None: every target is the action taken.
 
     Returns:
         `SelfImitationStats`.
@@ -272,6 +300,8 @@ def self_imitation_update(
     losses = []
     for _ in range(steps):
         obs, actions = buffer.sample(batch_size, generator, device)
+        if sign_mask is not None:
+            actions = torch.where(sign_mask.to(device) > 0, torch.sign(actions), actions)
         mean, _log_std = agent.distribution(obs)
         loss = (mean - actions).pow(2).mean()
         optimizer.zero_grad(set_to_none=True)

@@ -46,7 +46,7 @@ from reference_trainer.profile_report import recording, write_profile
 from reference_trainer.progress_bar import TrainingBar
 from reference_trainer.rollout import Rollout, RolloutCollector
 from reference_trainer.run_log import LOG_FORMAT, RunLog
-from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update
+from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update, sign_dims_mask
 from reference_trainer.vector_eval import evaluate_on_vector_env
 
 __all__ = ["resolve_device", "run_directory", "train"]
@@ -168,6 +168,7 @@ def _self_imitation_parts(
     draws.manual_seed(config.seed + 1)
     if config.self_imitation_steps <= 0:
         return None, None, draws
+    sign_dims_mask(agent.action_shape, config.self_imitation_sign_dims)  # a bad index fails here
     actor = [
         p
         for n, p in agent.named_parameters()
@@ -178,23 +179,6 @@ def _self_imitation_parts(
         config.num_envs, config.self_imitation_capacity, config.self_imitation_per_env
     )
     return buffer, optimizer, draws
-
-
-def _set_log_std(agent: ActorCritic, log_std: tuple[float, ...]) -> None:
-    """Set the policy's log std per action dimension, repeated over an action chunk.
-
-    Raises:
-        ValueError: if the action size is not a multiple of ``len(log_std)``.
-    """
-    size = agent.actor_log_std.numel()
-    if size % len(log_std):
-        raise ValueError(
-            f"init_log_std_per_dim: {len(log_std)} values do not divide the action size {size} "
-            f"(action shape {agent.action_shape}); give one value per action dimension"
-        )
-    values = torch.tensor(log_std, dtype=agent.actor_log_std.dtype).repeat(size // len(log_std))
-    with torch.no_grad():
-        agent.actor_log_std.copy_(values.to(agent.actor_log_std.device))
 
 
 def _past_deadline(deadline: float, iteration_s: float, final_eval_s: float) -> bool:
@@ -536,7 +520,7 @@ def _make_agent(
         init_info = load_init_checkpoint(agent, init_from, device)
         logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)
     if config.init_log_std_per_dim:
-        _set_log_std(agent, config.init_log_std_per_dim)
+        agent.set_log_std(config.init_log_std_per_dim)
     agent.set_explore_dims(config.explore_dims)
     reference = copy.deepcopy(agent).requires_grad_(False).eval() if config.kl_coef > 0 else None
     return agent, reference
@@ -731,6 +715,7 @@ def _self_imitation(run: _Run, rollout: Rollout, warming_up: bool) -> dict[str, 
         batch_size=run.config.self_imitation_batch_size,
         generator=run.imitation_draws,
         max_grad_norm=run.config.max_grad_norm,
+        sign_mask=sign_dims_mask(run.agent.action_shape, run.config.self_imitation_sign_dims),
     ).as_scalars()
 
 

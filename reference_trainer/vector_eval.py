@@ -4,9 +4,10 @@ Every training env is wrapped in `reference_trainer.scheduled_resets.ScheduledRe
 evaluation resets env ``i`` with ``options={"reset_schedule": [...]}``, the list of
 ``(seed, options)`` of the evaluation episodes it plays; its autoresets then follow that
 list. The rollout collector runs deterministic rollouts (the policy mean, the same
-pipelined stage loop as training) until every episode has ended. A later plain reset
-(training) clears the schedules. So an evaluation of ``E`` episodes costs about ``E / N``
-episode times instead of ``E``, and builds no env.
+pipelined stage loop as training; or, with ``noise_seed``, the policy's sampled actions
+with the exploration noise drawn from a generator seeded with it) until every episode has
+ended. A later plain reset (training) clears the schedules. So an evaluation of ``E``
+episodes costs about ``E / N`` episode times instead of ``E``, and builds no env.
 
 Episodes go to the envs dynamically (``assignment="dynamic"``, where the vector env has
 ``call_at``): env ``i`` starts with episode ``i`` and one queued behind it (``N + i``);
@@ -46,8 +47,10 @@ def evaluate_on_vector_env(
     max_rollouts: int = 10_000,
     on_rollout: Callable[[int], None] | None = None,
     assignment: Literal["dynamic", "static"] = "dynamic",
+    noise_seed: int | None = None,
 ) -> EvalResult:
-    """Run ``episodes`` deterministic episodes on the collector's (training) envs.
+    """Run ``episodes`` evaluation episodes on the collector's (training) envs, with the
+    policy mean unless ``noise_seed`` is given.
 
     Episode ``j`` is reset with ``seed = eval_seed + j`` and
     ``factory.eval_reset_options(j)`` (as in `reference_trainer.evaluation.evaluate`);
@@ -68,6 +71,10 @@ def evaluate_on_vector_env(
             evaluation's episodes finished so far (e.g. to show progress).
         assignment: ``"dynamic"`` (the next episode to the env that frees up; static
             where the vector env has no ``call_at``) or ``"static"`` (env ``j % N``).
+        noise_seed: None acts with the policy mean. An int acts as training does, mean
+            plus exploration noise along the agent's exploring dimensions, the noise drawn
+            from the collector's generator reseeded with it (the same episodes for the
+            same seed); the generator's training state is restored afterwards.
 
     Returns:
         Per-episode returns, primitive lengths and successes, in episode order.
@@ -80,10 +87,21 @@ def evaluate_on_vector_env(
         raise ValueError(f"episodes: expected >= 1, got {episodes}")
     if assignment not in ("dynamic", "static"):
         raise ValueError(f"assignment: expected 'dynamic' or 'static', got {assignment!r}")
-    if assignment == "dynamic" and callable(getattr(collector.envs, "call_at", None)):
-        ordered = _play_dynamic(collector, factory, episodes, eval_seed, max_rollouts, on_rollout)
-    else:
-        ordered = _play_static(collector, factory, episodes, eval_seed, max_rollouts, on_rollout)
+    deterministic = noise_seed is None
+    training_noise = collector.generator_state()
+    if noise_seed is not None:
+        collector.generator.manual_seed(int(noise_seed))
+    try:
+        play = (
+            _play_dynamic
+            if assignment == "dynamic" and callable(getattr(collector.envs, "call_at", None))
+            else _play_static
+        )
+        ordered = play(
+            collector, factory, episodes, eval_seed, max_rollouts, on_rollout, deterministic
+        )
+    finally:
+        collector.set_generator_state(training_noise)
     result = EvalResult()
     result.returns = [r.episode_return for r in ordered]
     result.lengths = [r.length for r in ordered]
@@ -101,6 +119,7 @@ def _play_static(
     eval_seed: int,
     max_rollouts: int,
     on_rollout: Callable[[int], None] | None,
+    deterministic: bool,
 ) -> list[EpisodeRecord]:
     """Env ``i`` plays episodes ``i, i + N, ...``; the records in episode order."""
     n = collector.num_envs
@@ -112,7 +131,7 @@ def _play_static(
     collector.reset(options=options)
     finished: list[list[Any]] = [[] for _ in range(n)]
     for _ in range(max_rollouts):
-        rollout = collector.collect(deterministic=True)
+        rollout = collector.collect(deterministic=deterministic)
         for record in rollout.episodes:
             if len(finished[record.env_index]) < len(schedules[record.env_index]):
                 finished[record.env_index].append(record)
@@ -134,6 +153,7 @@ def _play_dynamic(
     eval_seed: int,
     max_rollouts: int,
     on_rollout: Callable[[int], None] | None,
+    deterministic: bool,
 ) -> list[EpisodeRecord]:
     """The next episode to the env that frees up (see the module docstring); the
     records in episode order."""
@@ -152,7 +172,7 @@ def _play_dynamic(
     skip = [0] * n  # the 0-reward step that ends a parked stretch is no episode
     next_episode = sum(len(a) for a in assigned)
     for _ in range(max_rollouts):
-        for record in collector.collect(deterministic=True).episodes:
+        for record in collector.collect(deterministic=deterministic).episodes:
             i = record.env_index
             if skip[i]:
                 skip[i] -= 1

@@ -15,7 +15,7 @@ from reference_trainer.agent import ActorCritic
 from reference_trainer.checkpoint import find_checkpoint
 from reference_trainer.metrics import EpisodeRecord
 from reference_trainer.rollout import Rollout
-from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update
+from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update, sign_dims_mask
 from reference_trainer.train import train
 
 from .test_finetune import ReachFactory, _config
@@ -131,6 +131,43 @@ def test_update_moves_the_actor_mean_to_the_successful_actions_only():
         agent, optimizer, SuccessBuffer(N, 10), steps=5, batch_size=4, generator=torch.Generator()
     )
     assert empty.loss is None and empty.steps == 0
+
+
+def test_sign_dims_regress_onto_the_sign_of_the_action_taken():
+    """A gripper-like dimension whose successful actions were small and of both signs,
+    mostly positive: with its sign as the target the mean goes to the majority's +1 side
+    (past the threshold at 0, decisively); with the raw values it stays near their small
+    average. The other dimension regresses onto its values either way."""
+    torch.manual_seed(0)
+    space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    buffer = SuccessBuffer(N, 1000)
+    rollout = _rollout(0, 40, [(0, 39, True)])
+    rollout.obs = torch.zeros_like(rollout.obs)  # one state
+    taken = torch.where(torch.arange(40) % 4 == 0, -0.3, 0.1)  # 30 of 40 close, barely
+    rollout.actions = torch.stack([torch.full((40,), 0.5), taken], -1)[:, None].repeat(1, N, 1)
+    buffer.add(rollout)
+    means = {}
+    for dims in ((), (1,)):
+        agent = ActorCritic(space, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), (16,), -1.0)
+        optimizer = torch.optim.Adam(agent.actor_mean.parameters(), lr=1e-2)
+        self_imitation_update(
+            agent,
+            optimizer,
+            buffer,
+            steps=300,
+            batch_size=64,
+            generator=torch.Generator().manual_seed(1),
+            sign_mask=sign_dims_mask((2,), dims),
+        )
+        with torch.no_grad():
+            means[dims] = agent.distribution(torch.zeros(1, 1))[0][0].tolist()
+    assert means[()][0] == pytest.approx(0.5, abs=0.05) == means[(1,)][0]
+    assert means[()][1] == pytest.approx(0.0, abs=0.05)  # the raw values' average
+    assert means[(1,)][1] == pytest.approx(0.5, abs=0.05)  # the signs' average: 30 - 10 of 40
+    assert sign_dims_mask((3, 2), [1]).tolist() == [0.0, 1.0] * 3  # over an action chunk
+    assert sign_dims_mask((7,), []) is None
+    with pytest.raises(ValueError, match="self_imitation_sign_dims"):
+        sign_dims_mask((7,), [7])
 
 
 @pytest.mark.parametrize("per_env", [False, True])

@@ -159,6 +159,25 @@ def test_a_parked_env_steps_nothing_until_its_schedule_is_extended():
         env.reset(options={SCHEDULE_KEY: []})  # empty without parking
 
 
+def test_sampled_evaluation_repeats_per_noise_seed_and_leaves_the_training_noise_alone():
+    factory = ReachFactory()
+    envs, collector = _collector(3, gain=0.6)
+    try:
+        with torch.no_grad():
+            collector.policy.actor_log_std.fill_(-0.5)
+        training_noise = collector.generator_state().clone()
+        mean = evaluate_on_vector_env(collector, factory, 6, 100)
+        sampled = [
+            evaluate_on_vector_env(collector, factory, 6, 100, noise_seed=s) for s in (1, 1, 2)
+        ]
+        assert torch.equal(collector.generator_state(), training_noise)
+    finally:
+        envs.close()
+    assert sampled[0].returns == sampled[1].returns  # the same seed, the same episodes
+    assert sampled[2].returns != sampled[0].returns
+    assert sampled[0].returns != mean.returns  # the noise is in the actions
+
+
 def test_an_unknown_assignment_is_refused():
     envs, collector = _collector(2, gain=1.0)
     try:
