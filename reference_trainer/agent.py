@@ -31,6 +31,7 @@ __all__ = [
     "PolicyOutput",
     "RolloutPolicy",
     "RunningMeanStd",
+    "action_dims_mask",
     "map_obs",
     "obs_to_tensor",
 ]
@@ -275,6 +276,30 @@ def _split_space(space: gym.Space) -> tuple[list[str], list[str], int]:
     raise TypeError(f"unsupported observation space {space}; use a Box or a Dict of Box")
 
 
+def action_dims_mask(
+    action_shape: Sequence[int], dims: Sequence[int], name: str
+) -> torch.Tensor | None:
+    """The 0/1 float mask over a flattened action of shape ``action_shape`` (``(A,)`` or an
+    action chunk ``(K, A)``) that is 1 at dimensions ``dims`` of every action; None for
+    no dims.
+
+    Raises:
+        ValueError: for an index outside ``[0, A)``, naming the flag ``name``.
+
+    Examples:
+        >>> action_dims_mask((2, 3), [2], "dims").tolist()
+        [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    """
+    if not dims:
+        return None
+    per_action = int(action_shape[-1])
+    if not all(0 <= d < per_action for d in dims):
+        raise ValueError(f"{name}: expected indices in [0, {per_action}), got {list(dims)}")
+    mask = torch.zeros(per_action)
+    mask[list(dims)] = 1.0
+    return mask.repeat(int(np.prod(action_shape)) // per_action)
+
+
 class ActorCritic(nn.Module):
     """Gaussian actor and separate critic over state vectors, images or both.
 
@@ -371,17 +396,8 @@ class ActorCritic(nn.Module):
         Raises:
             ValueError: for an index outside ``[0, A)``.
         """
-        per_action = self.action_shape[-1]
-        if not dims:
-            self.explore_mask = None
-            return
-        if not all(0 <= d < per_action for d in dims):
-            raise ValueError(
-                f"explore_dims: expected indices in [0, {per_action}), got {list(dims)}"
-            )
-        mask = torch.zeros(per_action)
-        mask[list(dims)] = 1.0
-        self.explore_mask = mask.repeat(self.action_dim // per_action).to(self.actor_log_std.device)
+        mask = action_dims_mask(self.action_shape, dims, "explore_dims")
+        self.explore_mask = None if mask is None else mask.to(self.actor_log_std.device)
 
     def _distribution(self, obs: ObsBatch) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.actor_mean(self.actor_encoder(obs))

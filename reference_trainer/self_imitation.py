@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reference_trainer.agent import ActorCritic, ObsBatch, map_obs
+from reference_trainer.agent import ActorCritic, ObsBatch, action_dims_mask, map_obs
 from reference_trainer.rollout import Rollout
 
 __all__ = ["SelfImitationStats", "SuccessBuffer", "self_imitation_update", "sign_dims_mask"]
@@ -239,8 +239,8 @@ class SelfImitationStats:
 
 
 def sign_dims_mask(action_shape: tuple[int, ...], dims: Sequence[int]) -> torch.Tensor | None:
-    """The 0/1 mask over a flattened action of shape ``action_shape`` (``(A,)`` or an action
-    chunk ``(K, A)``) that is 1 at dimensions ``dims`` of every action; None for no dims.
+    """The ``sign_mask`` of `self_imitation_update` for ``--self-imitation-sign-dims``
+    (`reference_trainer.agent.action_dims_mask`); None for no dims.
 
     Raises:
         ValueError: for an index outside ``[0, A)``.
@@ -249,16 +249,7 @@ def sign_dims_mask(action_shape: tuple[int, ...], dims: Sequence[int]) -> torch.
         >>> sign_dims_mask((2, 3), [2]).tolist()
         [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
     """
-    if not dims:
-        return None
-    per_action = action_shape[-1]
-    if not all(0 <= d < per_action for d in dims):
-        raise ValueError(
-            f"self_imitation_sign_dims: expected indices in [0, {per_action}), got {list(dims)}"
-        )
-    mask = torch.zeros(per_action)
-    mask[list(dims)] = 1.0
-    return mask.repeat(int(np.prod(action_shape)) // per_action)
+    return action_dims_mask(action_shape, dims, "self_imitation_sign_dims")
 
 
 def self_imitation_update(

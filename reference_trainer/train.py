@@ -168,7 +168,6 @@ def _self_imitation_parts(
     draws.manual_seed(config.seed + 1)
     if config.self_imitation_steps <= 0:
         return None, None, draws
-    sign_dims_mask(agent.action_shape, config.self_imitation_sign_dims)  # a bad index fails here
     actor = [
         p
         for n, p in agent.named_parameters()
@@ -325,6 +324,7 @@ class _Run:
     imitation_draws: torch.Generator
     num_iterations: int
     steps_per_iteration: int
+    imitation_sign_mask: torch.Tensor | None = None
     profiler: Any = None
     writer: Any = None
     progress: TrainingBar | None = None
@@ -456,6 +456,7 @@ def _set_up(
         successes=successes,
         imitation_optimizer=imitation_optimizer,
         imitation_draws=imitation_draws,
+        imitation_sign_mask=sign_dims_mask(agent.action_shape, config.self_imitation_sign_dims),
         num_iterations=max(1, math.ceil(config.total_timesteps / steps_per_iteration)),
         steps_per_iteration=steps_per_iteration,
         profiler=profiler,
@@ -715,7 +716,7 @@ def _self_imitation(run: _Run, rollout: Rollout, warming_up: bool) -> dict[str, 
         batch_size=run.config.self_imitation_batch_size,
         generator=run.imitation_draws,
         max_grad_norm=run.config.max_grad_norm,
-        sign_mask=sign_dims_mask(run.agent.action_shape, run.config.self_imitation_sign_dims),
+        sign_mask=run.imitation_sign_mask,
     ).as_scalars()
 
 
