@@ -769,8 +769,9 @@ def evaluate_checkpoint(
     """Evaluate a BC or trainer checkpoint as the trainer does: ``config.eval_episodes``
     episodes of ``factory``'s evaluation init states on a 2-stage vector env's workers.
 
-    The agent is built as the trainer builds it: a BC checkpoint gets
-    ``--init-log-std-per-dim`` (the std RL starts from), and ``--explore-dims`` says which
+    The agent is built as the trainer builds it (`reference_trainer.train.build_agent`): a
+    BC checkpoint gets ``--init-log-std-per-dim`` (the std RL starts from), a trainer
+    checkpoint keeps the std it was trained to, and ``--explore-dims`` says which
     dimensions a sampled action perturbs.
 
     Args:
@@ -787,10 +788,9 @@ def evaluate_checkpoint(
     """
     import torch
 
-    from reference_trainer.agent import ActorCritic
-    from reference_trainer.checkpoint import load_init_checkpoint
     from reference_trainer.envs import make_vector_env
     from reference_trainer.rollout import RolloutCollector
+    from reference_trainer.train import build_agent
     from reference_trainer.vector_eval import evaluate_on_vector_env
 
     device = torch.device("cpu")
@@ -802,15 +802,14 @@ def evaluate_checkpoint(
         envs_per_worker=config.envs_per_worker,
     )
     try:
-        agent = ActorCritic(
+        agent = build_agent(
+            config,
             envs.single_observation_space,
             envs.single_action_space,
-            hidden_sizes=config.hidden_sizes,
+            device,
+            checkpoint,
+            keep_trained_std=True,
         )
-        loaded = load_init_checkpoint(agent, Path(checkpoint), device)
-        if loaded["kind"] == "bc" and config.init_log_std_per_dim:
-            agent.set_log_std(config.init_log_std_per_dim)
-        agent.set_explore_dims(config.explore_dims)
         collector = RolloutCollector(
             envs,
             agent,

@@ -49,7 +49,7 @@ from reference_trainer.run_log import LOG_FORMAT, RunLog
 from reference_trainer.self_imitation import SuccessBuffer, self_imitation_update, sign_dims_mask
 from reference_trainer.vector_eval import evaluate_on_vector_env
 
-__all__ = ["resolve_device", "run_directory", "train"]
+__all__ = ["build_agent", "resolve_device", "run_directory", "train"]
 
 logger = logging.getLogger(__name__)
 
@@ -509,20 +509,55 @@ def _make_envs(config: TrainConfig, factory: EnvFactory) -> Any:
     )
 
 
+def build_agent(
+    config: TrainConfig,
+    observation_space: Any,
+    action_space: Any,
+    device: torch.device,
+    init_from: str | Path | None = None,
+    keep_trained_std: bool = False,
+) -> ActorCritic:
+    """The agent the trainer acts with: built from ``config``, started from a checkpoint,
+    with the config's std and exploring dimensions.
+
+    ``config.init_log_std_per_dim`` (when set) is the std RL starts from: it replaces the
+    checkpoint's, except that with ``keep_trained_std`` a trainer checkpoint keeps the
+    std it was trained to (what evaluating a finished run wants). A BC checkpoint has no
+    std of its own and always gets the config's. ``config.explore_dims`` says which action
+    dimensions a sampled action perturbs.
+
+    Args:
+        config: the run's config (``hidden_sizes``, ``init_log_std``,
+            ``init_log_std_per_dim``, ``explore_dims``, ``normalize_obs``).
+        observation_space, action_space: one env's spaces.
+        device: where the agent lives.
+        init_from: a BC checkpoint, a trainer checkpoint or a run directory; None: a
+            fresh agent.
+        keep_trained_std: keep a trainer checkpoint's log std.
+
+    Raises:
+        FileNotFoundError, ValueError: as `load_init_checkpoint` (no checkpoint there, or
+            weights that do not fit the agent); ValueError from `ActorCritic.set_log_std`
+            and `ActorCritic.set_explore_dims` on sizes or indices that do not fit.
+    """
+    agent = ActorCritic.from_config(config, observation_space, action_space).to(device)
+    kind = None
+    if init_from is not None:
+        kind = load_init_checkpoint(agent, init_from, device)["kind"]
+        logger.info("agent starts from the %s checkpoint %s", kind, init_from)
+    if config.init_log_std_per_dim and not (keep_trained_std and kind == "trainer"):
+        agent.set_log_std(config.init_log_std_per_dim)
+    agent.set_explore_dims(config.explore_dims)
+    return agent
+
+
 def _make_agent(
     config: TrainConfig, envs: Any, init_from: Path | None, device: torch.device
 ) -> tuple[ActorCritic, ActorCritic | None]:
-    """The agent (from the init checkpoint if any, with the set std and exploring
-    dimensions) and, with the KL term, its frozen copy: the KL term's reference."""
-    agent = ActorCritic.from_config(
-        config, envs.single_observation_space, envs.single_action_space
-    ).to(device)
-    if init_from is not None:
-        init_info = load_init_checkpoint(agent, init_from, device)
-        logger.info("agent starts from the %s checkpoint %s", init_info["kind"], init_from)
-    if config.init_log_std_per_dim:
-        agent.set_log_std(config.init_log_std_per_dim)
-    agent.set_explore_dims(config.explore_dims)
+    """The agent and, with the KL term, its frozen copy: the KL term's reference."""
+    agent = build_agent(
+        config, envs.single_observation_space, envs.single_action_space, device, init_from
+    )
     reference = copy.deepcopy(agent).requires_grad_(False).eval() if config.kl_coef > 0 else None
     return agent, reference
 

@@ -158,6 +158,42 @@ def test_init_checkpoint_from_bc_then_from_a_run(tmp_path):
         torch.testing.assert_close(loaded[key], donor[key])
 
 
+def test_build_agent_gives_the_std_rl_starts_from_or_keeps_a_trained_one(tmp_path):
+    import gymnasium as gym
+
+    from reference_trainer.train import build_agent
+
+    demos = tmp_path / "demos.hdf5"
+    _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=3, length=5)
+    bc = train_bc(
+        BCConfig(
+            demos=str(demos),
+            output=str(tmp_path / "bc.pt"),
+            obs_keys=("obs",),
+            hidden_sizes=(64, 64),
+            max_epochs=1,
+        )
+    )
+    run_dir = train(_tiny(tmp_path, "trained", init_log_std=-1.0))["run_dir"]
+    config = _tiny(tmp_path, "eval", init_log_std_per_dim=(-2.0,), explore_dims=(0,))
+    env = gym.make("InvertedPendulum-v5")
+    spaces = (env.observation_space, env.action_space)
+    env.close()
+    cpu = torch.device("cpu")
+
+    def log_std(checkpoint, keep):
+        agent = build_agent(config, *spaces, cpu, checkpoint, keep_trained_std=keep)
+        assert agent.explore_mask is not None and agent.explore_mask.tolist() == [True]
+        return agent.actor_log_std.tolist()
+
+    assert log_std(None, False) == [-2.0]
+    assert log_std(bc.checkpoint, True) == [-2.0]  # a BC checkpoint has no std of its own
+    assert log_std(run_dir, False) == [-2.0]  # RL starts from the config's std
+    assert log_std(run_dir, True) == [-1.0]  # evaluation keeps the trained one
+    with pytest.raises(ValueError, match="init_log_std_per_dim"):
+        build_agent(dataclasses.replace(config, init_log_std_per_dim=(0.0, 0.0)), *spaces, cpu)
+
+
 def test_init_checkpoint_errors(tmp_path):
     with pytest.raises(ValueError, match="exclusive"):
         train(_tiny(tmp_path, "both", resume=str(tmp_path), init_checkpoint=str(tmp_path)))
