@@ -80,6 +80,13 @@ def _run_config(job: Any, run_dir: Path, args: Args) -> Any:
     saved = json.loads((run_dir / "config.json").read_text())
     config = job.parse_args([])
     fields = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(saved) - fields - set(NOT_RESTORED) - {"auto_layout"})
+    if unknown:
+        raise ValueError(
+            f"{run_dir / 'config.json'}: fields {unknown} are not in this version's "
+            "examples/train_libero.py config (renamed or removed since the run); evaluate "
+            "the run with the code it was made with"
+        )
     restored = {
         k: tuple(v) if isinstance(v, list) else v
         for k, v in saved.items()

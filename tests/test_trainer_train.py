@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -518,6 +519,11 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert again["return_mean"] == sampled["return_mean"]  # seeded: the same episodes
     with pytest.raises(FileNotFoundError, match="no checkpoint"):  # before any env is built
         bench.evaluate_run(bench.load_job(), tmp_path, args)
+    renamed = shutil.copytree(run_dir, tmp_path / "renamed")  # a field renamed since the run
+    saved = json.loads((renamed / "config.json").read_text())
+    (renamed / "config.json").write_text(json.dumps({**saved, "old_name": 1}))
+    with pytest.raises(ValueError, match=r"fields \['old_name'\] are not in this version"):
+        bench.evaluate_run(bench.load_job(), renamed, args)
 
 
 @needs_libero
