@@ -171,7 +171,7 @@ class LiberoTrainConfig(TrainConfig):
     value_warmup_iterations: int = 10
     kl_coef: float = 1.0
     kl_decay: float = 1.0
-    self_imitation_steps: int = 48
+    self_imitation_steps: int = 96
     freeze_obs_norm: bool = True
     eval_at_start: bool = True
     eval_every_minutes: float | None = 3.0
