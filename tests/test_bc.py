@@ -125,22 +125,32 @@ def _agent(run_dir: str) -> dict[str, torch.Tensor]:
     return torch.load(find_checkpoint(run_dir), weights_only=False)["agent"]
 
 
-def test_init_checkpoint_from_bc_then_from_a_run(tmp_path):
+def _bc_checkpoint(
+    tmp_path: Path,
+    hidden_sizes: tuple[int, ...],
+    num_demos: int = 3,
+    length: int = 5,
+    epochs: int = 1,
+) -> str:
+    """A BC checkpoint of InvertedPendulum's shapes (4 obs, 1 action) from synthetic demos."""
     demos = tmp_path / "demos.hdf5"
-    _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=4, length=10)  # InvertedPendulum
-    bc = train_bc(
-        BCConfig(
-            demos=str(demos),
-            output=str(tmp_path / "bc.pt"),
-            obs_keys=("obs",),
-            hidden_sizes=(64, 64),
-            max_epochs=3,
-        )
+    _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=num_demos, length=length)
+    config = BCConfig(
+        demos=str(demos),
+        output=str(tmp_path / "bc.pt"),
+        obs_keys=("obs",),
+        hidden_sizes=hidden_sizes,
+        max_epochs=epochs,
     )
-    actor = torch.load(bc.checkpoint, weights_only=False)["actor"]
+    return train_bc(config).checkpoint
+
+
+def test_init_checkpoint_from_bc_then_from_a_run(tmp_path):
+    bc_checkpoint = _bc_checkpoint(tmp_path, (64, 64), num_demos=4, length=10, epochs=3)
+    actor = torch.load(bc_checkpoint, weights_only=False)["actor"]
 
     fresh = _agent(train(_tiny(tmp_path, "fresh"))["run_dir"])
-    from_bc = _agent(train(_tiny(tmp_path, "from_bc", init_checkpoint=bc.checkpoint))["run_dir"])
+    from_bc = _agent(train(_tiny(tmp_path, "from_bc", init_checkpoint=bc_checkpoint))["run_dir"])
     for key in ("actor_mean.0.weight", "actor_mean.4.bias"):
         torch.testing.assert_close(from_bc[key], actor[key])
         assert not torch.equal(fresh[key], actor[key])
@@ -163,17 +173,7 @@ def test_build_agent_gives_the_std_rl_starts_from_or_keeps_a_trained_one(tmp_pat
 
     from reference_trainer.train import build_agent
 
-    demos = tmp_path / "demos.hdf5"
-    _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=3, length=5)
-    bc = train_bc(
-        BCConfig(
-            demos=str(demos),
-            output=str(tmp_path / "bc.pt"),
-            obs_keys=("obs",),
-            hidden_sizes=(64, 64),
-            max_epochs=1,
-        )
-    )
+    bc_checkpoint = _bc_checkpoint(tmp_path, (64, 64))
     run_dir = train(_tiny(tmp_path, "trained", init_log_std=-1.0))["run_dir"]
     config = _tiny(tmp_path, "eval", init_log_std_per_dim=(-2.0,), explore_dims=(0,))
     env = gym.make("InvertedPendulum-v5")
@@ -187,7 +187,7 @@ def test_build_agent_gives_the_std_rl_starts_from_or_keeps_a_trained_one(tmp_pat
         return agent.actor_log_std.tolist()
 
     assert log_std(None, False) == [-2.0]
-    assert log_std(bc.checkpoint, True) == [-2.0]  # a BC checkpoint has no std of its own
+    assert log_std(bc_checkpoint, True) == [-2.0]  # a BC checkpoint has no std of its own
     assert log_std(run_dir, False) == [-2.0]  # RL starts from the config's std
     assert log_std(run_dir, True) == [-1.0]  # evaluation keeps the trained one
     with pytest.raises(ValueError, match="init_log_std_per_dim"):
@@ -199,19 +199,8 @@ def test_init_checkpoint_errors(tmp_path):
         train(_tiny(tmp_path, "both", resume=str(tmp_path), init_checkpoint=str(tmp_path)))
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train(_tiny(tmp_path, "missing", init_checkpoint=str(tmp_path / "nothing.pt")))
-    demos = tmp_path / "demos.hdf5"
-    _synthetic_demos(demos, obs_dim=4, action_dim=1, num_demos=3, length=5)
-    bc = train_bc(
-        BCConfig(
-            demos=str(demos),
-            output=str(tmp_path / "bc.pt"),
-            obs_keys=("obs",),
-            hidden_sizes=(32,),
-            max_epochs=1,
-        )
-    )
     with pytest.raises(ValueError, match=r"hidden sizes \[32\].*--hidden-sizes"):
-        train(_tiny(tmp_path, "mismatch", init_checkpoint=bc.checkpoint))
+        train(_tiny(tmp_path, "mismatch", init_checkpoint=_bc_checkpoint(tmp_path, (32,))))
     torch.save({"something": 1}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="neither a BC checkpoint"):
         train(_tiny(tmp_path, "other", init_checkpoint=str(tmp_path / "other.pt")))
