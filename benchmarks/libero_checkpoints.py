@@ -35,6 +35,9 @@ import tyro
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
 from _machine import run_record, write_results  # noqa: E402
 
+from reference_trainer.checkpoint import find_checkpoint  # noqa: E402
+from reference_trainer.libero_tasks import per_task_success  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 NOT_RESTORED = (
     "deadline",
@@ -101,19 +104,19 @@ def _run_config(job: Any, run_dir: Path, args: Args) -> Any:
 
 
 def _checkpoint(run_dir: Path, which: str) -> Path:
+    """The run's ``bc.pt`` or its last trainer checkpoint (`find_checkpoint`).
+
+    Raises:
+        ValueError: for another name; FileNotFoundError: for a missing checkpoint.
+    """
     if which == "bc":
-        return run_dir / "bc.pt"
+        path = run_dir / "bc.pt"
+        if not path.is_file():
+            raise FileNotFoundError(f"no checkpoint {path} in the run directory {run_dir}")
+        return path
     if which == "final":
-        return run_dir / "checkpoints" / "checkpoint.pt"
+        return find_checkpoint(run_dir)
     raise ValueError(f"--checkpoints: expected 'bc' or 'final', got {which!r}")
-
-
-def _per_task(successes: list[bool], num_tasks: int) -> list[float]:
-    """Success rate of task ``k``: episodes ``k, k + T, ...`` (the job's episode order)."""
-    return [
-        sum(successes[k::num_tasks]) / max(1, len(successes[k::num_tasks]))
-        for k in range(num_tasks)
-    ]
 
 
 def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
@@ -126,9 +129,8 @@ def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
     for policy in args.policies:
         if policy not in ("mean", "sampled"):
             raise ValueError(f"--policies: expected 'mean' or 'sampled', got {policy!r}")
-    for path in [_checkpoint(run_dir, which) for which in args.checkpoints]:
-        if not path.is_file():
-            raise FileNotFoundError(f"no checkpoint {path} in the run directory {run_dir}")
+    for which in args.checkpoints:
+        _checkpoint(run_dir, which)
     config = _run_config(job, run_dir, args)
     tasks = config.tasks()
     factory = job.LiberoEnvFactory(config, tuple(tasks))
@@ -145,7 +147,7 @@ def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
             entry = job.evaluate_checkpoint(
                 config, factory, str(_checkpoint(run_dir, which)), noise_seed=seed
             )
-            entry["per_task"] = _per_task(entry["successes"], len(tasks))
+            entry["per_task"] = per_task_success(entry["successes"], len(tasks))
             out["results"][f"{which}/{policy}"] = entry
             print(
                 f"{run_dir.name} {which} {policy}: {entry['success_rate']:.2f} "

@@ -289,10 +289,11 @@ def self_imitation_update(
     device = agent.actor_log_std.device
     params = [p for group in optimizer.param_groups for p in group["params"]]
     losses = []
+    signs = None if sign_mask is None else sign_mask.to(device) > 0
     for _ in range(steps):
         obs, actions = buffer.sample(batch_size, generator, device)
-        if sign_mask is not None:
-            actions = torch.where(sign_mask.to(device) > 0, torch.sign(actions), actions)
+        if signs is not None:
+            actions = torch.where(signs, torch.sign(actions), actions)
         mean, _log_std = agent.distribution(obs)
         loss = (mean - actions).pow(2).mean()
         optimizer.zero_grad(set_to_none=True)
