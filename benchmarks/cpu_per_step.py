@@ -10,8 +10,10 @@ actions:
 
 for a few cases: a null env (a 17-float observation, 6-float actions, two float infos,
 nothing computed: pure framework cost) and ``HalfCheetah-v5``, each with whole-env
-``step`` or the staged loop (``step_async``/``step_wait`` per stage, every stage kept in
-flight), in ``STAGESxENVS_PER_WORKER`` layouts.
+``step``, the staged loop (``step_async``/``step_wait`` per stage, every stage kept in
+flight) or the EnvPool-style loop (``async_reset``, then ``recv(batch_size=num_envs //
+2)`` and ``send`` of those envs' actions; its steps counted in env results received), in
+``STAGESxENVS_PER_WORKER`` layouts.
 
 With ``--trees A B ...`` every case runs once per tree per round, alternating, each run
 in a fresh subprocess whose ``PYTHONPATH`` starts with that tree (a directory holding a
@@ -54,6 +56,7 @@ __all__ = ["Args", "NullInfoEnv", "main", "measure"]
 if __name__ != "__main__":  # loaded by path (tests): ship the env class by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
+LOOPS = ("step", "staged", "sendrecv")
 DEFAULT_CASES = ("null-1x4-step", "null-2x4-staged", "null-1x8-step", "cheetah-1x4-step")
 
 
@@ -63,7 +66,7 @@ class Args:
 
     cases: tuple[str, ...] = DEFAULT_CASES
     """Cases as ``ENV-STAGESxENVS_PER_WORKER-LOOP``: ENV ``null`` or ``cheetah``
-    (HalfCheetah-v5), LOOP ``step`` (whole-env) or ``staged``."""
+    (HalfCheetah-v5), LOOP ``step`` (whole-env), ``staged`` or ``sendrecv``."""
     trees: tuple[Path, ...] = ()
     """Core trees to compare (each run in a subprocess with it first on PYTHONPATH);
     empty: the package importable here, in this process."""
@@ -108,8 +111,8 @@ def _parse_case(case: str) -> tuple[str, int, int, str]:
         raise ValueError(
             f"case: expected ENV-SxW-LOOP such as 'null-1x4-step', got {case!r}"
         ) from None
-    if env not in ("null", "cheetah") or loop not in ("step", "staged"):
-        raise ValueError(f"case: ENV null|cheetah and LOOP step|staged, got {case!r}")
+    if env not in ("null", "cheetah") or loop not in LOOPS:
+        raise ValueError(f"case: ENV null|cheetah and LOOP step|staged|sendrecv, got {case!r}")
     return env, stages, per_worker, loop
 
 
@@ -148,11 +151,12 @@ def measure(
         actions = rng.uniform(-1, 1, size=(64, num_envs, *space.shape)).astype(space.dtype)
         slices = envs.stage_slices
 
-        def whole(n: int) -> None:
+        def whole(n: int) -> int:
             for i in range(n):
                 envs.step(actions[i % 64])
+            return n * num_envs
 
-        def staged(n: int) -> None:
+        def staged(n: int) -> int:
             for s, sl in enumerate(slices):
                 envs.step_async(actions[0][sl], stage=s)
             for i in range(1, n):
@@ -162,8 +166,21 @@ def measure(
                     envs.step_async(batch[sl], stage=s)
             for s in range(len(slices)):
                 envs.step_wait(stage=s)
+            return n * num_envs
 
-        run = whole if loop == "step" else staged
+        def send_recv(n: int) -> int:
+            # at least n vector steps' worth of env results (the last recv may bring more)
+            received = 0
+            while received < n * num_envs:
+                *_, infos = envs.recv(batch_size=num_envs // 2)
+                ids = infos["env_id"]
+                envs.send(actions[received // num_envs % 64][: len(ids)], ids)
+                received += len(ids)
+            return received
+
+        run = {"step": whole, "staged": staged, "sendrecv": send_recv}[loop]
+        if loop == "sendrecv":
+            envs.async_reset(seed=0)
         run(warmup)
         # `workers`; `_handles` in older checkouts (--trees runs older ones)
         handles = getattr(envs, "workers", None) or envs._handles
@@ -172,7 +189,7 @@ def measure(
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:
             profiler.enable()
-        run(steps)
+        n = run(steps)
         if profiler is not None:
             profiler.disable()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -181,7 +198,6 @@ def measure(
         envs.close()
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
-    n = steps * num_envs
     return {
         "parent_us": cpu / n * 1e6,
         "workers_us": workers / n * 1e6,

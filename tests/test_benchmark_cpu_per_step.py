@@ -43,6 +43,8 @@ def test_cpu_per_step_in_process_and_tree(tmp_path: Path) -> None:
         assert len(figures["runs"]) == 1
     in_process = script.measure("null-1x2-step", steps=10, warmup=2, num_envs=2)
     assert set(in_process) == {"parent_us", "workers_us", "wall_us", "load"}
+    send_recv = script.measure("null-1x1-sendrecv", steps=10, warmup=2, num_envs=2)
+    assert send_recv["parent_us"] > 0 and send_recv["workers_us"] > 0
 
 
 def test_cpu_per_step_rejects_bad_case() -> None:
