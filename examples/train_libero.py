@@ -19,8 +19,8 @@ With no arguments this trains one policy on the ten libero_object tasks, all wit
 It prints the suite's and every task's success before and after RL and writes, in the run
 directory: ``summary.json`` (the summary first: ``eval_success_rate_initial``,
 ``eval_success_rate_final``, ``eval_episodes``, the per-task rates and instructions),
-``curves.json`` (per-iteration training curves), ``learning_curve.png`` (held-out
-success at every evaluation: before, during, after), ``per_task.png`` (each task before
+``curves.json`` (per-iteration training curves, BC's per epoch), ``learning_curve.png``
+(held-out success at every evaluation: before, during, after), ``per_task.png`` (each task before
 and after), ``videos/after.mp4``, ``train.log``, the demos, the BC
 checkpoint and the trainer's checkpoints and TensorBoard files.
 
@@ -66,10 +66,19 @@ from reference_trainer.libero_tasks import (
     expert_for,
 )
 from reference_trainer.run_log import LOG_FORMAT, RunLog
-from reference_trainer.train import FINISH_MARGIN_S, eval_estimate, run_directory, train
+from reference_trainer.train import (
+    FINISH_MARGIN_S,
+    eval_estimate,
+    run_directory,
+    train,
+    video_estimate,
+)
 
 SUMMARY_KEYS = ("eval_success_rate_initial", "eval_success_rate_final", "eval_episodes")
 """Keys of ``summary.json`` that outside checks read (the suite's mean and episode count)."""
+CURVE_KEYS = ("return_curve", "success_curve", "bc_curve", "bc_long_curve")
+"""What `_finish` moves from the summary to ``curves.json``: the training episodes' return
+and success per iteration, the warm start's BC and the control's longer BC per epoch."""
 
 Suite = Literal["libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90"]
 
@@ -551,7 +560,8 @@ def _collect(config: LiberoTrainConfig, tasks: list[int], run_dir: Path) -> dict
 
 
 def _clone(config: LiberoTrainConfig, run_dir: Path, name: str, **limits: Any) -> dict[str, Any]:
-    """BC of the actor on ``demos.hdf5`` into ``<name>.pt``; its metrics."""
+    """BC of the actor on ``demos.hdf5`` into ``<name>.pt``; its metrics and ``curve``
+    (``[epoch, train_mse, heldout_mse]`` per epoch)."""
     from reference_trainer.bc import BCConfig, train_bc
 
     t0 = time.perf_counter()
@@ -568,14 +578,20 @@ def _clone(config: LiberoTrainConfig, run_dir: Path, name: str, **limits: Any) -
             **limits,
         )
     )
-    return {**bc.metrics, "checkpoint": bc.checkpoint, "wall_s": time.perf_counter() - t0}
+    return {
+        **bc.metrics,
+        "checkpoint": bc.checkpoint,
+        "wall_s": time.perf_counter() - t0,
+        "curve": [list(point) for point in bc.curve],
+    }
 
 
 def _warm_start(config: LiberoTrainConfig, tasks: list[int], run_dir: Path) -> dict[str, Any]:
     """Collect the expert demos and clone them; return what the summary records."""
     demos = _collect(config, tasks, run_dir)
     bc = _clone(config, run_dir, "bc", max_epochs=config.bc_max_epochs, patience=config.bc_patience)
-    return {"demos": demos, "bc": bc}
+    curve = bc.pop("curve")
+    return {"demos": demos, "bc": bc, "bc_curve": curve}
 
 
 logger = logging.getLogger("train_libero")
@@ -723,7 +739,7 @@ def _finish(
         entry["success_rate_per_task"] = per_task(entry)
         # episode j: task j % T from the (j // T)-th eval init state; a subset: the first
         entry["init_states"] = list(eval_ids[: math.ceil(int(entry["episodes"]) / len(tasks))])
-    curves = {k: summary.pop(k) for k in ("return_curve", "success_curve") if k in summary}
+    curves = {k: summary.pop(k) for k in CURVE_KEYS if k in summary}
     (run_dir / "curves.json").write_text(json.dumps(curves))
     ordered: dict[str, Any] = {key: summary.get(key) for key in SUMMARY_KEYS}
     ordered.update(
@@ -765,9 +781,12 @@ def evaluate_checkpoint(
     factory: LiberoEnvFactory,
     checkpoint: str,
     noise_seed: int | None = None,
+    video: Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate a BC or trainer checkpoint as the trainer does: ``config.eval_episodes``
-    episodes of ``factory``'s evaluation init states on a 2-stage vector env's workers.
+    episodes of ``factory``'s evaluation init states on a 2-stage vector env's workers,
+    then, with ``video``, record episode 0 into that mp4 as the trainer's final evaluation
+    does (within what ``config.deadline`` leaves).
 
     The agent is built as the trainer builds it (`reference_trainer.train.build_agent`): a
     BC checkpoint gets ``--init-log-std-per-dim`` (the std RL starts from), a trainer
@@ -784,13 +803,14 @@ def evaluate_checkpoint(
     Returns:
         The evaluation's scalars (``success_rate``, ``return_mean``, ...), ``successes``
         (one bool per episode, episode ``j`` being task ``j % T``), ``wall_s`` (the
-        workers' start included: building LIBERO envs takes seconds) and ``checkpoint``.
+        workers' start and the video included: building LIBERO envs takes seconds),
+        ``video`` (the mp4 written or None), ``video_s`` and ``checkpoint``.
     """
     import torch
 
     from reference_trainer.envs import make_vector_env
     from reference_trainer.rollout import RolloutCollector
-    from reference_trainer.train import build_agent
+    from reference_trainer.train import build_agent, record_video_by_deadline
     from reference_trainer.vector_eval import evaluate_on_vector_env
 
     device = torch.device("cpu")
@@ -823,12 +843,19 @@ def evaluate_checkpoint(
         )
     finally:
         envs.close()
+    written, video_s = (
+        (None, 0.0)
+        if video is None
+        else record_video_by_deadline(agent, factory, device, video, config)
+    )
     return {
         "iteration": 0,
         "global_step": 0,
         **result.as_scalars(),
         "successes": [bool(v) for v in result.successes or []],
         "wall_s": time.perf_counter() - t0,
+        "video": written,
+        "video_s": video_s,
         "checkpoint": checkpoint,
     }
 
@@ -836,22 +863,30 @@ def evaluate_checkpoint(
 def _bc_control(
     config: LiberoTrainConfig, factory: LiberoEnvFactory, run_dir: Path, deadline: float | None
 ) -> dict[str, Any]:
-    """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate."""
+    """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate (with
+    the video the RL run's final evaluation records); the longer BC's per-epoch errors go
+    to ``curves.json`` (``bc_long_curve``)."""
     t0 = time.time()
+    config = dataclasses.replace(config, deadline=deadline)
     before = evaluate_checkpoint(config, factory, str(config.init_checkpoint))
-    # the evaluation after BC is planned as the trainer plans its final one
+    before["bc_minutes"] = 0.0
+    # the evaluation after BC (its video included) is planned as the trainer plans its final one
     after_s = eval_estimate([before], int(before["episodes"]), config.num_envs, 0, None)
+    after_s += video_estimate([before], config)
     left = 0.0 if deadline is None else deadline - time.time() - after_s - FINISH_MARGIN_S
     minutes = max(0.1, left / 60)
     bc = _clone(config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes)
-    after = evaluate_checkpoint(config, factory, bc["checkpoint"])
+    video = run_dir / "videos" / "after.mp4" if config.eval_video else None
+    after = evaluate_checkpoint(config, factory, bc["checkpoint"], video=video)
     after["label"] = "after longer BC"
+    after["bc_minutes"] = minutes
     return {
         "eval_success_rate_initial": before["success_rate"],
         "eval_success_rate_final": after["success_rate"],
         "eval_episodes": int(after["episodes"]),
         "evaluations": [before, after],
         "final_eval": after,
+        "bc_long_curve": bc.pop("curve"),
         "bc_long": {**bc, "minutes": minutes},
         "global_step": 0,
         "wall_s": time.time() - t0,
@@ -860,32 +895,38 @@ def _bc_control(
 
 def _plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: Path) -> str | None:
     """Held-out success at every evaluation (the suite and each task) against env steps,
-    and the training episodes' success and return below."""
+    and the training episodes' success below; for ``--bc-control``, against the minutes
+    of further BC, with that BC's per-epoch action errors below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    control = summary["mode"] == "bc_control"
     evaluations = [e for e in summary.get("evaluations") or [] if "success_rate" in e]
     fig, (ax_e, ax_t) = plt.subplots(
-        2, 1, figsize=(8, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+        2, 1, figsize=(8, 6.5), sharex=not control, gridspec_kw={"height_ratios": [3, 2]}
     )
     if evaluations:
-        _plot_evaluations(ax_e, evaluations)
+        _plot_evaluations(ax_e, evaluations, "bc_minutes" if control else "global_step")
     ax_e.set_ylim(-0.05, 1.1)
     ax_e.set_ylabel("held-out success rate")
     ax_e.set_title(
         "evaluation: deterministic policy, init states no demo or training used", fontsize=9
     )
     ax_e.legend(loc="lower right", fontsize=8)
-    curve = curves.get("success_curve") or []
-    if curve:
-        x, y = zip(*curve, strict=True)
-        k = max(1, min(25, len(y) // 8))
-        ax_t.plot(x[k - 1 :], np.convolve(np.asarray(y), np.ones(k) / k, "valid"), color="C1")
-        ax_t.set_ylim(-0.05, 1.05)
-    ax_t.set_ylabel("training episodes'\nsuccess (exploring)")
-    ax_t.set_xlabel("env steps")
+    if control:
+        ax_e.set_xlabel("minutes of further BC")
+        _plot_bc_curve(ax_t, curves.get("bc_long_curve") or [])
+    else:
+        curve = curves.get("success_curve") or []
+        if curve:
+            x, y = zip(*curve, strict=True)
+            k = max(1, min(25, len(y) // 8))
+            ax_t.plot(x[k - 1 :], np.convolve(np.asarray(y), np.ones(k) / k, "valid"), color="C1")
+            ax_t.set_ylim(-0.05, 1.05)
+        ax_t.set_ylabel("training episodes'\nsuccess (exploring)")
+        ax_t.set_xlabel("env steps")
     fig.suptitle(f"{summary['mode']}: {Path(summary['run_dir']).name}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -893,21 +934,34 @@ def _plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: 
     return str(path)
 
 
-def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]]) -> None:
-    """The suite's held-out success at every evaluation: the full evaluations (before,
-    after) as filled circles joined by a line, with each task's rate in grey, the subsets
-    during training as open diamonds off the line; the legend gives their episode counts."""
+def _plot_bc_curve(ax: Any, curve: list[list[float]]) -> None:
+    """BC's training and held-out action MSE per epoch (``[epoch, train, heldout]`` rows)."""
+    if curve:
+        epochs, train_mse, heldout_mse = zip(*curve, strict=True)
+        ax.plot(epochs, train_mse, color="0.6", label="training demos")
+        ax.plot(epochs, heldout_mse, color="C1", label="held-out demos")
+        ax.set_yscale("log")
+        ax.legend(loc="upper right", fontsize=8)
+    ax.set_ylabel("longer BC's\naction MSE")
+    ax.set_xlabel("BC epoch")
+
+
+def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]], x: str = "global_step") -> None:
+    """The suite's held-out success at every evaluation (against its value ``x``): the full
+    evaluations (before, after) as filled circles joined by a line, with each task's rate
+    in grey, the subsets during training as open diamonds off the line; the legend gives
+    their episode counts."""
     full = [e for e in evaluations if not e.get("subset")]
     subset = [e for e in evaluations if e.get("subset")]
     per_task = [e.get("success_rate_per_task") for e in full]
     if full and all(per_task) and len(per_task[0]) > 1:
         for t in range(len(per_task[0])):
-            ax.plot([e["global_step"] for e in full], [p[t] for p in per_task], color="0.8", lw=1)
+            ax.plot([e[x] for e in full], [p[t] for p in per_task], color="0.8", lw=1)
         ax.plot([], [], color="0.8", lw=1, label="each task (full evaluations)")
     # one line through the full evaluations only: a subset of 10 episodes moves 0.1 per
     # episode, so its points stand on their own, not on the suite's line
     ax.plot(
-        [e["global_step"] for e in full],
+        [e[x] for e in full],
         [e["success_rate"] for e in full],
         "-",
         color="C0",
@@ -923,7 +977,7 @@ def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]]) -> None:
         episodes = sorted({int(e["episodes"]) for e in group})
         states = max(len(e.get("init_states") or ()) for e in group)
         ax.plot(
-            [e["global_step"] for e in group],
+            [e[x] for e in group],
             [e["success_rate"] for e in group],
             marker,
             color="C0",
@@ -937,7 +991,7 @@ def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]]) -> None:
     for e in evaluations:  # a subset's value below its marker, off a full one's
         ax.annotate(
             f"{e['success_rate']:.2f}",
-            (e["global_step"], e["success_rate"]),
+            (e[x], e["success_rate"]),
             xytext=(0, -16 if e.get("subset") else 8),
             textcoords="offset points",
             ha="center",
@@ -1013,10 +1067,11 @@ def _report(summary: dict[str, Any]) -> str:
     if len(summary["tasks"]) > 1 and before and after:
         first = summary.get("train_success_rate_per_task_first_half") or [None] * len(before)
         second = summary.get("train_success_rate_per_task_second_half") or [None] * len(before)
-        if any(v is not None for v in first + second):
-            lines.append(
-                "  per task, held-out before -> after (training episodes: first -> second half)"
-            )
+        trained = any(v is not None for v in first + second)
+        lines.append(
+            "  per task, held-out before -> after"
+            + (" (training episodes: first -> second half)" if trained else "")
+        )
         for t, text, b, a, f, s in zip(
             summary["tasks"],
             summary["language_instructions"],

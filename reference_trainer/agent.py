@@ -361,12 +361,13 @@ class ActorCritic(nn.Module):
         # which flattened action entries explore (None: all); not saved in checkpoints
         self.explore_mask: torch.Tensor | None = None
 
-    def set_log_std(self, log_std: Sequence[float]) -> None:
+    def set_log_std(self, log_std: Sequence[float], name: str = "log_std") -> None:
         """Set the log std per action dimension, repeated over an action chunk.
 
         Args:
             log_std: one value per dimension of one action (``A`` of ``(K, A)``), or one
                 per flattened entry.
+            name: what the error calls ``log_std`` (the caller's flag).
 
         Raises:
             ValueError: if the action size is not a multiple of ``len(log_std)``.
@@ -374,7 +375,7 @@ class ActorCritic(nn.Module):
         size = self.actor_log_std.numel()
         if not log_std or size % len(log_std):
             raise ValueError(
-                f"init_log_std_per_dim: {len(log_std)} values do not divide the action size "
+                f"{name}: {len(log_std)} values do not divide the action size "
                 f"{size} (action shape {self.action_shape}); give one value per action dimension"
             )
         values = torch.tensor(list(log_std), dtype=self.actor_log_std.dtype)
@@ -383,7 +384,7 @@ class ActorCritic(nn.Module):
                 values.repeat(size // len(log_std)).to(self.actor_log_std.device)
             )
 
-    def set_explore_dims(self, dims: Sequence[int]) -> None:
+    def set_explore_dims(self, dims: Sequence[int], name: str = "dims") -> None:
         """Explore only along these action dimensions (repeated over an action chunk).
 
         The other dimensions act with their mean: no noise, and they are left out of
@@ -392,11 +393,12 @@ class ActorCritic(nn.Module):
 
         Args:
             dims: indices into the last action axis (``A`` of ``(K, A)``).
+            name: what the error calls ``dims`` (the caller's flag).
 
         Raises:
             ValueError: for an index outside ``[0, A)``.
         """
-        mask = action_dims_mask(self.action_shape, dims, "explore_dims")
+        mask = action_dims_mask(self.action_shape, dims, name)
         self.explore_mask = None if mask is None else mask.to(self.actor_log_std.device)
 
     def _distribution(self, obs: ObsBatch) -> tuple[torch.Tensor, torch.Tensor]:

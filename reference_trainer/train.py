@@ -236,13 +236,32 @@ def _length_growth(reference: dict[str, Any], latest: dict[str, Any]) -> float:
     return max(1.0, sum(now) / max(1, sum(then[: len(now)])))
 
 
-def _video_estimate(evaluations: list[dict[str, Any]], config: TrainConfig) -> float:
+def video_estimate(evaluations: list[dict[str, Any]], config: TrainConfig) -> float:
     """Seconds the final evaluation's video may take: 1.2 times the longest recorded in the
     run, else ``config.eval_video_s``; 0 without ``--eval-video``."""
     if not config.eval_video:
         return 0.0
     measured = max((e.get("video_s", 0.0) for e in evaluations if e.get("video")), default=0.0)
     return 1.2 * measured if measured else config.eval_video_s
+
+
+def record_video_by_deadline(
+    agent: ActorCritic, factory: EnvFactory, device: torch.device, path: Path, config: TrainConfig
+) -> tuple[str | None, float]:
+    """Record evaluation episode 0 of ``factory`` into ``path`` (`evaluation.record_video`)
+    within what ``config.deadline`` leaves, less `FINISH_MARGIN_S` to save the run (none
+    with under a second left: a warning says so).
+
+    Returns:
+        The path written (None: no video) and the seconds it took.
+    """
+    start = time.perf_counter()
+    max_s = None if config.deadline is None else config.deadline - time.time() - FINISH_MARGIN_S
+    if max_s is not None and max_s < 1.0:
+        logger.warning("no evaluation video: the deadline has passed")
+        return None, 0.0
+    written = record_video(agent, factory, device, path, config.eval_seed, config.video_fps, max_s)
+    return written, time.perf_counter() - start
 
 
 def _success_before_after(
@@ -546,8 +565,8 @@ def build_agent(
         kind = load_init_checkpoint(agent, init_from, device)["kind"]
         logger.info("agent starts from the %s checkpoint %s", kind, init_from)
     if config.init_log_std_per_dim and not (keep_trained_std and kind == "trainer"):
-        agent.set_log_std(config.init_log_std_per_dim)
-    agent.set_explore_dims(config.explore_dims)
+        agent.set_log_std(config.init_log_std_per_dim, "init_log_std_per_dim")
+    agent.set_explore_dims(config.explore_dims, "explore_dims")
     return agent
 
 
@@ -654,7 +673,7 @@ def _train_loop(run: _Run) -> dict[str, Any]:
     while run.iteration < run.num_iterations:
         final_eval_s = eval_estimate(
             run.evaluations, config.eval_episodes, config.num_envs, longest, recent_sps
-        ) + _video_estimate(run.evaluations, config)
+        ) + video_estimate(run.evaluations, config)
         if config.deadline is not None and _past_deadline(
             config.deadline, iteration_s, final_eval_s
         ):
@@ -891,27 +910,14 @@ def _evaluate(
             then_reset_seed=then_reset_seed,
             on_rollout=lambda done: progress.episodes(done, episodes),
         )
-    video_start = time.perf_counter()
-    # under a deadline the video gets what is left of it (less the margin to save the run)
-    video_max_s = (
-        None if config.deadline is None else config.deadline - time.time() - FINISH_MARGIN_S
-    )
-    if video and video_max_s is not None and video_max_s < 1.0:
-        logger.warning("no evaluation video: the deadline has passed")
-    elif video:
+    video_s = 0.0
+    if video:
         progress.describe(f"eval {what}: recording a video of one episode")
         name = "after" if not then_train else "before" if run.iteration == 0 else None
         path = run.run_dir / "videos" / f"{name or f'iteration{run.iteration:05d}'}.mp4"
-        result.video_path = record_video(
-            run.agent,
-            run.factory,
-            run.device,
-            path,
-            config.eval_seed,
-            config.video_fps,
-            video_max_s,
+        result.video_path, video_s = record_video_by_deadline(
+            run.agent, run.factory, run.device, path, config
         )
-    video_s = time.perf_counter() - video_start
     run.agent.train()
     if run.successes is not None:
         run.successes.discard_pending()  # the envs start new episodes after an evaluation

@@ -231,5 +231,7 @@ def test_explore_dims_leave_the_other_dimensions_at_the_mean():
     assert torch.allclose(logprob, sampled.logprob)
     per_dim = 0.5 + 0.5 * np.log(2 * np.pi) + agent.actor_log_std[0].detach().item()
     assert torch.allclose(entropy, torch.full((5,), 4 * per_dim))
-    with pytest.raises(ValueError, match="explore_dims"):
+    with pytest.raises(ValueError, match=r"^dims: expected indices in \[0, 3\)"):
         agent.set_explore_dims([3])
+    with pytest.raises(ValueError, match="^explore_dims: "):  # the caller names its flag
+        agent.set_explore_dims([3], "explore_dims")

@@ -239,6 +239,21 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     lines = [args for ax, args, kw in drawn if ax is held_out and "-" in args[2:3]]
     assert [list(args[0]) for args in lines] == [[0, 300]]  # the subsets are off the line
 
+    # --bc-control: no env steps between its evaluations; they stand at the minutes of
+    # further BC, and that BC's per-epoch errors are drawn below
+    drawn.clear()
+    before, after = entry(0, 0.5, 4, False), entry(0, 0.75, 4, False)
+    before["bc_minutes"], after["bc_minutes"] = 0.0, 12.5
+    control = {**summary, "mode": "bc_control", "evaluations": [before, after]}
+    curves = {"bc_long_curve": [[1, 0.5, 0.6], [2, 0.3, 0.4], [3, 0.2, 0.35]]}
+    module._plot_learning_curve(control, curves, tmp_path / "control.png")
+    held_out = drawn[0][0]
+    suite = next(args for ax, args, kw in drawn if ax is held_out and "-" in args[2:3])
+    assert list(suite[0]) == [0.0, 12.5] and list(suite[1]) == [0.5, 0.75]
+    errors = {kw.get("label"): args for ax, args, kw in drawn if ax is not held_out}
+    assert list(errors["held-out demos"][0]) == [1, 2, 3]
+    assert list(errors["held-out demos"][1]) == [0.6, 0.4, 0.35]
+
 
 def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_lengths():
     """With a full evaluation measured, the next one is planned from it (times 1.2), longer
@@ -379,3 +394,12 @@ def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_sh
     report = module._report(summary)
     assert "task 0: 0.00 -> 0.00 (training 0.75 -> 1.00)  open the drawer" in report
     assert "task 1: 0.40 -> 1.00 (training n/a -> 0.25)  close it" in report
+    assert "per task, held-out before -> after (training episodes: first -> second half)" in report
+    # a run with no training episodes (the BC control): the same header, no training part
+    control = {**summary, "mode": "bc_control"}
+    for half in ("first_half", "second_half"):
+        control[f"train_success_rate_per_task_{half}"] = None
+    lines = module._report(control).splitlines()
+    header = lines.index("  per task, held-out before -> after")
+    assert lines[header + 1] == "  task 0: 0.00 -> 0.00  open the drawer"
+    assert "after longer BC" in lines[2]

@@ -433,6 +433,11 @@ def test_train_libero_bc_control_tiny_keeps_its_budget(tmp_path):
     before, after = summary["evaluations"]
     assert after["label"] == "after longer BC" and before["episodes"] == after["episodes"] == 2
     assert summary["bc_long"]["minutes"] > 0 and summary["global_step"] == 0
+    assert [before["bc_minutes"], after["bc_minutes"]] == [0.0, summary["bc_long"]["minutes"]]
+    curves = json.loads((tmp_path / "control" / "curves.json").read_text())
+    assert len(curves["bc_curve"]) == summary["bc"]["epochs"]  # the warm start's BC
+    assert len(curves["bc_long_curve"]) == summary["bc_long"]["epochs"] >= 1
+    assert "curve" not in summary["bc"] and "bc_long_curve" not in summary
     assert ended - launched <= 60 * budget_minutes + 5  # the interpreter's exit after it
 
 
