@@ -131,7 +131,8 @@ def measure(
 
     Returns:
         ``parent_us`` and ``workers_us`` (CPU per env step), ``wall_us`` (wall time per
-        env step) and ``load`` (1-minute load average at the end).
+        env step), ``envs_per_call`` (env steps per ``step``, stage wait or ``recv``) and
+        ``load`` (1-minute load average at the end).
     """
     from pipelined_vec_env import PipelinedVectorEnv
 
@@ -151,12 +152,14 @@ def measure(
         actions = rng.uniform(-1, 1, size=(64, num_envs, *space.shape)).astype(space.dtype)
         slices = envs.stage_slices
 
-        def whole(n: int) -> int:
+        # each loop returns (env steps, calls): whole-env steps, stage waits or recvs
+
+        def whole(n: int) -> tuple[int, int]:
             for i in range(n):
                 envs.step(actions[i % 64])
-            return n * num_envs
+            return n * num_envs, n
 
-        def staged(n: int) -> int:
+        def staged(n: int) -> tuple[int, int]:
             for s, sl in enumerate(slices):
                 envs.step_async(actions[0][sl], stage=s)
             for i in range(1, n):
@@ -166,17 +169,18 @@ def measure(
                     envs.step_async(batch[sl], stage=s)
             for s in range(len(slices)):
                 envs.step_wait(stage=s)
-            return n * num_envs
+            return n * num_envs, n * len(slices)
 
-        def send_recv(n: int) -> int:
+        def send_recv(n: int) -> tuple[int, int]:
             # at least n vector steps' worth of env results (the last recv may bring more)
-            received = 0
+            received = calls = 0
             while received < n * num_envs:
                 *_, infos = envs.recv(batch_size=num_envs // 2)
                 ids = infos["env_id"]
                 envs.send(actions[received // num_envs % 64][: len(ids)], ids)
                 received += len(ids)
-            return received
+                calls += 1
+            return received, calls
 
         run = {"step": whole, "staged": staged, "sendrecv": send_recv}[loop]
         if loop == "sendrecv":
@@ -189,7 +193,7 @@ def measure(
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:
             profiler.enable()
-        n = run(steps)
+        n, calls = run(steps)
         if profiler is not None:
             profiler.disable()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -202,6 +206,7 @@ def measure(
         "parent_us": cpu / n * 1e6,
         "workers_us": workers / n * 1e6,
         "wall_us": wall / n * 1e6,
+        "envs_per_call": n / calls,
         "load": os.getloadavg()[0],
     }
 
@@ -252,12 +257,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for label, runs in by_tree.items():
             med = {
                 k: statistics.median(r[k] for r in runs)
-                for k in ("parent_us", "workers_us", "wall_us")
+                for k in ("parent_us", "workers_us", "wall_us", "envs_per_call")
             }
             summary.setdefault(case, {})[label] = {**med, "runs": runs}
             line += (
                 f"  [{label}] parent {med['parent_us']:.1f} + workers {med['workers_us']:.1f}"
-                f" = {med['parent_us'] + med['workers_us']:.1f} us (wall {med['wall_us']:.1f})"
+                f" = {med['parent_us'] + med['workers_us']:.1f} us (wall {med['wall_us']:.1f};"
+                f" {med['envs_per_call']:.1f} envs a call)"
             )
         print(line)
     if args.profile:

@@ -42,9 +42,11 @@ def test_cpu_per_step_in_process_and_tree(tmp_path: Path) -> None:
         assert figures["parent_us"] > 0 and figures["workers_us"] > 0
         assert len(figures["runs"]) == 1
     in_process = script.measure("null-1x2-step", steps=10, warmup=2, num_envs=2)
-    assert set(in_process) == {"parent_us", "workers_us", "wall_us", "load"}
+    assert set(in_process) == {"parent_us", "workers_us", "wall_us", "envs_per_call", "load"}
+    assert in_process["envs_per_call"] == 2
     send_recv = script.measure("null-1x1-sendrecv", steps=10, warmup=2, num_envs=2)
     assert send_recv["parent_us"] > 0 and send_recv["workers_us"] > 0
+    assert 1 <= send_recv["envs_per_call"] <= 2  # recv(batch_size=1) of 2 envs
 
 
 def test_cpu_per_step_rejects_bad_case() -> None:
