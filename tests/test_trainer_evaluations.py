@@ -403,3 +403,25 @@ def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_sh
     header = lines.index("  per task, held-out before -> after")
     assert lines[header + 1] == "  task 0: 0.00 -> 0.00  open the drawer"
     assert "after longer BC" in lines[2]
+
+
+def test_the_final_evaluation_records_its_video_and_a_passed_deadline_skips_it(tmp_path, caplog):
+    """With --eval-video the final evaluation (and no other) writes videos/after.mp4; the
+    rule that plans it under a deadline records nothing once the deadline has passed."""
+    from reference_trainer.train import record_video_by_deadline
+
+    summary = train(_config(tmp_path, eval_video=True, total_timesteps=32), _FastVideoFactory())
+    *earlier, final = summary["evaluations"]
+    assert final["video"] == str(Path(summary["run_dir"]) / "videos" / "after.mp4")
+    assert Path(final["video"]).stat().st_size > 0 and final["video_s"] > 0
+    assert earlier and all(e["video"] is None for e in earlier)
+    env = ReachEnv()
+    agent = ActorCritic(env.observation_space, env.action_space, ())
+    late = dataclasses.replace(_config(tmp_path), deadline=time.time())
+    path = tmp_path / "late.mp4"
+    with caplog.at_level("WARNING", logger="reference_trainer.train"):
+        written = record_video_by_deadline(
+            agent, _FastVideoFactory(), torch.device("cpu"), path, late
+        )
+    assert written == (None, 0.0) and not path.exists()
+    assert "deadline has passed" in caplog.text
