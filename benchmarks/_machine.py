@@ -13,7 +13,15 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["cpu_model", "git_commit", "package_versions", "run_record", "write_results"]
+__all__ = [
+    "cpu_model",
+    "cpu_seconds",
+    "git_commit",
+    "package_versions",
+    "run_record",
+    "write_results",
+    "workers_cpu_seconds",
+]
 
 
 def cpu_model() -> str:
@@ -26,6 +34,32 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def cpu_seconds(pids: Iterable[int]) -> float | None:
+    """CPU time used so far by the processes ``pids`` (Linux ``/proc/<pid>/schedstat``, ns
+    resolution); None where it cannot be read."""
+    total = 0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
+def workers_cpu_seconds(pids: Iterable[int]) -> float:
+    """`cpu_seconds` of ``pids``, for benchmarks that need it.
+
+    Raises:
+        RuntimeError: where ``/proc/<pid>/schedstat`` cannot be read (not Linux, or a
+            process gone).
+    """
+    seconds = cpu_seconds(pids)
+    if seconds is None:
+        raise RuntimeError("the workers' CPU time needs Linux's /proc/<pid>/schedstat")
+    return seconds
 
 
 def git_commit(repo: Path) -> str:

@@ -51,6 +51,9 @@ import numpy as np
 import tyro
 from gymnasium import spaces
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import workers_cpu_seconds  # noqa: E402
+
 __all__ = ["Args", "NullInfoEnv", "main", "measure"]
 
 if __name__ != "__main__":  # loaded by path (tests): ship the env class by value
@@ -114,14 +117,6 @@ def _parse_case(case: str) -> tuple[str, int, int, str]:
     if env not in ("null", "cheetah") or loop not in LOOPS:
         raise ValueError(f"case: ENV null|cheetah and LOOP step|staged|sendrecv, got {case!r}")
     return env, stages, per_worker, loop
-
-
-def _worker_cpu(pids: Sequence[int]) -> float:
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
 
 
 def measure(
@@ -189,7 +184,7 @@ def measure(
         # `workers`; `_handles` in older checkouts (--trees runs older ones)
         handles = getattr(envs, "workers", None) or envs._handles
         pids = [h.pid for h in handles]
-        workers, cpu, wall = _worker_cpu(pids), time.process_time(), time.perf_counter()
+        workers, cpu, wall = workers_cpu_seconds(pids), time.process_time(), time.perf_counter()
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:
             profiler.enable()
@@ -197,7 +192,7 @@ def measure(
         if profiler is not None:
             profiler.disable()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        workers = _worker_cpu(pids) - workers
+        workers = workers_cpu_seconds(pids) - workers
     finally:
         envs.close()
     if profiler is not None:

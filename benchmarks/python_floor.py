@@ -43,7 +43,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import run_record, write_results  # noqa: E402
+from _machine import run_record, workers_cpu_seconds, write_results  # noqa: E402
 
 __all__ = ["Args", "NullEnv", "main", "measure_floor", "measure_ours"]
 
@@ -123,24 +123,16 @@ def _floor_worker(k: int, name: str, shape: tuple[int, int], per: int, fd: int, 
     memory.close()
 
 
-def _cpu_seconds(pids: Sequence[int]) -> float:
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
-
-
 def _timed(
     run: Callable[[int], tuple[int, int]], args: Args, pids: Sequence[int]
 ) -> dict[str, float]:
     """Warm up, then time ``run`` (returns env steps and calls) on the caller's and the
     workers' CPU clocks."""
     run(args.warmup)
-    workers, cpu, wall = _cpu_seconds(pids), time.process_time(), time.perf_counter()
+    workers, cpu, wall = workers_cpu_seconds(pids), time.process_time(), time.perf_counter()
     env_steps, calls = run(args.steps)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    workers = _cpu_seconds(pids) - workers
+    workers = workers_cpu_seconds(pids) - workers
     return {
         "env_steps_per_s": env_steps / wall,
         "caller_cpu_us": cpu / env_steps * 1e6,

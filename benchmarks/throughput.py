@@ -80,7 +80,7 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, git_commit, package_versions  # noqa: E402
+from _machine import cpu_model, cpu_seconds, git_commit, package_versions  # noqa: E402
 
 __all__ = ["Args", "Backend", "NullEnv", "main", "measure_null", "measure_throughput"]
 
@@ -345,18 +345,6 @@ def worker_pids(env: Any) -> list[int]:
     if handles is not None:
         return [h.process.pid for h in handles]
     return [p.pid for p in getattr(env, "processes", [])]  # gymnasium Async, SB3
-
-
-def cpu_seconds(pids: Sequence[int]) -> float | None:
-    """CPU time used so far by the processes ``pids`` (Linux ``schedstat``, ns resolution)."""
-    total = 0
-    try:
-        for pid in pids:
-            with open(f"/proc/{pid}/schedstat") as f:
-                total += int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return total / 1e9
 
 
 def timed(loop: Loop, iterations: int, warmup: int, pids: Sequence[int]) -> dict[str, float]:
