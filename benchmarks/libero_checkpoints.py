@@ -129,8 +129,7 @@ def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
     for policy in args.policies:
         if policy not in ("mean", "sampled"):
             raise ValueError(f"--policies: expected 'mean' or 'sampled', got {policy!r}")
-    for which in args.checkpoints:
-        _checkpoint(run_dir, which)
+    checkpoints = {which: str(_checkpoint(run_dir, which)) for which in args.checkpoints}
     config = _run_config(job, run_dir, args)
     tasks = config.tasks()
     factory = job.LiberoEnvFactory(config, tuple(tasks))
@@ -141,12 +140,10 @@ def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
         "explore_dims": list(config.explore_dims),
         "results": {},
     }
-    for which in args.checkpoints:
+    for which, checkpoint in checkpoints.items():
         for policy in args.policies:
             seed = args.noise_seed if policy == "sampled" else None
-            entry = job.evaluate_checkpoint(
-                config, factory, str(_checkpoint(run_dir, which)), noise_seed=seed
-            )
+            entry = job.evaluate_checkpoint(config, factory, checkpoint, noise_seed=seed)
             entry["per_task"] = per_task_success(entry["successes"], len(tasks))
             out["results"][f"{which}/{policy}"] = entry
             print(

@@ -14,8 +14,8 @@ truncations, survives no crash and bounds no wait: it prices the design's moving
 (processes, shared memory, spins, one pipe byte an answer), not a usable vector env.
 
 ``PipelinedVectorEnv`` runs the same two loops on the same envs and layout in the same
-rounds (each variant built afresh, the four in turn every round), so the gap between the
-two is what its checks, protocol and bookkeeping cost here.
+rounds (`cpu_per_step.measure`; each variant built afresh, the four in turn every round),
+so the gap between the two is what its checks, protocol and bookkeeping cost here.
 
 Run::
 
@@ -37,7 +37,6 @@ from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any, Literal
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import tyro
@@ -45,10 +44,7 @@ import tyro
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
 from _machine import run_record, workers_cpu_seconds, write_results  # noqa: E402
 
-__all__ = ["Args", "NullEnv", "main", "measure_floor", "measure_ours"]
-
-if __name__ != "__main__":  # loaded by path (tests): ship the env class by value
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+__all__ = ["Args", "main", "measure_floor", "measure_ours"]
 
 REPO = Path(__file__).resolve().parents[1]
 OBS, ACT = 17, 6  # HalfCheetah-v5's observation and action sizes
@@ -238,53 +234,19 @@ def measure_floor(loop: str, args: Args) -> dict[str, float]:
         memory.unlink()
 
 
-class NullEnv(gym.Env):
-    """The floor's null env as a gymnasium env, for ours: zeros, never done."""
-
-    observation_space = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float64)
-    action_space = gym.spaces.Box(-1.0, 1.0, (ACT,), np.float32)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
-        super().reset(seed=seed)
-        return np.zeros(OBS), {}
-
-    def step(self, action: Any) -> Any:
-        return np.zeros(OBS), 0.0, False, False, {}
-
-
 def measure_ours(loop: str, args: Args) -> dict[str, float]:
-    """Time ``PipelinedVectorEnv``'s ``loop`` (``step`` or ``sendrecv``) once."""
-    from pipelined_vec_env import PipelinedVectorEnv
+    """Time ``PipelinedVectorEnv``'s ``loop`` (``step`` or ``sendrecv``) once, through
+    `cpu_per_step.measure` (its null env also returns two float infos)."""
+    from cpu_per_step import measure
 
-    n = args.num_envs
-    fn: Any = (lambda: gym.make("HalfCheetah-v5")) if args.env == "cheetah" else NullEnv
-    envs = PipelinedVectorEnv([fn] * n, envs_per_worker=args.envs_per_worker)
-    actions = np.random.default_rng(0).uniform(-1, 1, (64, n, ACT)).astype(np.float32)
-
-    def step(count: int) -> tuple[int, int]:
-        for i in range(count):
-            envs.step(actions[i % 64])
-        return count * n, count
-
-    def send_recv(count: int) -> tuple[int, int]:
-        received = calls = 0
-        while received < count * n:
-            *_, infos = envs.recv(batch_size=n // 2)
-            ids = infos["env_id"]
-            envs.send(actions[calls % 64][: len(ids)], ids)
-            received += len(ids)
-            calls += 1
-        return received, calls
-
-    try:
-        if loop == "sendrecv":
-            envs.async_reset(seed=0)
-        else:
-            envs.reset(seed=0)
-        pids = [w.pid for w in envs.workers]
-        return _timed(step if loop == "step" else send_recv, args, pids)
-    finally:
-        envs.close()
+    case = f"{args.env}-1x{args.envs_per_worker}-{loop}"
+    result = measure(case, args.steps, args.warmup, args.num_envs)
+    return {
+        "env_steps_per_s": 1e6 / result["wall_us"],
+        "caller_cpu_us": result["parent_us"],
+        "workers_cpu_us": result["workers_us"],
+        "envs_per_call": result["envs_per_call"],
+    }
 
 
 VARIANTS = (

@@ -559,9 +559,11 @@ def _collect(config: LiberoTrainConfig, tasks: list[int], run_dir: Path) -> dict
     }
 
 
-def _clone(config: LiberoTrainConfig, run_dir: Path, name: str, **limits: Any) -> dict[str, Any]:
-    """BC of the actor on ``demos.hdf5`` into ``<name>.pt``; its metrics and ``curve``
-    (``[epoch, train_mse, heldout_mse]`` per epoch)."""
+def _clone(
+    config: LiberoTrainConfig, run_dir: Path, name: str, **limits: Any
+) -> tuple[dict[str, Any], list[list[float]]]:
+    """BC of the actor on ``demos.hdf5`` into ``<name>.pt``; its metrics (with the
+    checkpoint and wall time) and its curve (``[epoch, train_mse, heldout_mse]`` per epoch)."""
     from reference_trainer.bc import BCConfig, train_bc
 
     t0 = time.perf_counter()
@@ -578,19 +580,16 @@ def _clone(config: LiberoTrainConfig, run_dir: Path, name: str, **limits: Any) -
             **limits,
         )
     )
-    return {
-        **bc.metrics,
-        "checkpoint": bc.checkpoint,
-        "wall_s": time.perf_counter() - t0,
-        "curve": [list(point) for point in bc.curve],
-    }
+    metrics = {**bc.metrics, "checkpoint": bc.checkpoint, "wall_s": time.perf_counter() - t0}
+    return metrics, [list(point) for point in bc.curve]
 
 
 def _warm_start(config: LiberoTrainConfig, tasks: list[int], run_dir: Path) -> dict[str, Any]:
     """Collect the expert demos and clone them; return what the summary records."""
     demos = _collect(config, tasks, run_dir)
-    bc = _clone(config, run_dir, "bc", max_epochs=config.bc_max_epochs, patience=config.bc_patience)
-    curve = bc.pop("curve")
+    bc, curve = _clone(
+        config, run_dir, "bc", max_epochs=config.bc_max_epochs, patience=config.bc_patience
+    )
     return {"demos": demos, "bc": bc, "bc_curve": curve}
 
 
@@ -704,10 +703,11 @@ def _run(
     else:
         extra.update(_warm_start(config, tasks, run_dir))
         config = dataclasses.replace(config, init_checkpoint=extra["bc"]["checkpoint"])
+    config = dataclasses.replace(config, deadline=deadline)
     if config.bc_control:
-        summary = _bc_control(config, factory, run_dir, deadline)
+        summary = _bc_control(config, factory, run_dir)
     else:
-        summary = train(dataclasses.replace(config, deadline=deadline), factory)
+        summary = train(config, factory)
     return {**summary, **extra}
 
 
@@ -861,13 +861,14 @@ def evaluate_checkpoint(
 
 
 def _bc_control(
-    config: LiberoTrainConfig, factory: LiberoEnvFactory, run_dir: Path, deadline: float | None
+    config: LiberoTrainConfig, factory: LiberoEnvFactory, run_dir: Path
 ) -> dict[str, Any]:
-    """Evaluate the BC policy, train BC again for the minutes RL would get, evaluate (with
-    the video the RL run's final evaluation records); the longer BC's per-epoch errors go
-    to ``curves.json`` (``bc_long_curve``)."""
+    """Evaluate the BC policy, train BC again for the minutes RL would get (until
+    ``config.deadline``, less the evaluation after it), evaluate (with the video the RL
+    run's final evaluation records); the longer BC's per-epoch errors go to
+    ``curves.json`` (``bc_long_curve``)."""
     t0 = time.time()
-    config = dataclasses.replace(config, deadline=deadline)
+    deadline = config.deadline
     before = evaluate_checkpoint(config, factory, str(config.init_checkpoint))
     before["bc_minutes"] = 0.0
     # the evaluation after BC (its video included) is planned as the trainer plans its final one
@@ -875,7 +876,9 @@ def _bc_control(
     after_s += video_estimate([before], config)
     left = 0.0 if deadline is None else deadline - time.time() - after_s - FINISH_MARGIN_S
     minutes = max(0.1, left / 60)
-    bc = _clone(config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes)
+    bc, curve = _clone(
+        config, run_dir, "bc_long", max_epochs=10**9, patience=10**9, max_minutes=minutes
+    )
     video = run_dir / "videos" / "after.mp4" if config.eval_video else None
     after = evaluate_checkpoint(config, factory, bc["checkpoint"], video=video)
     after["label"] = "after longer BC"
@@ -886,7 +889,7 @@ def _bc_control(
         "eval_episodes": int(after["episodes"]),
         "evaluations": [before, after],
         "final_eval": after,
-        "bc_long_curve": bc.pop("curve"),
+        "bc_long_curve": curve,
         "bc_long": {**bc, "minutes": minutes},
         "global_step": 0,
         "wall_s": time.time() - t0,
