@@ -29,15 +29,17 @@ class InfoEnv(gym.Env):
     the id; scalar infos every step (the fast path's info columns), the same keys at
     reset (`info_at`); terminates every ``episode`` steps."""
 
-    def __init__(self, env_id: int, floats_only: bool = False, episode: int = 7) -> None:
+    def __init__(
+        self, env_id: int, floats_only: bool = False, episode: int = 7, extra_every: int = 0
+    ) -> None:
         self.env_id, self.episode, self.steps = env_id, episode, 0
-        self.floats_only = floats_only
+        self.floats_only, self.extra_every = floats_only, extra_every
         self.observation_space = spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
         self.action_space = spaces.Box(-1e6, 1e6, shape=(), dtype=np.float32)
         self.rng = np.random.default_rng(env_id)
 
     def info(self) -> dict[str, Any]:
-        return info_at(self.steps, self.floats_only)
+        return info_at(self.steps, self.floats_only, self.extra_every)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -45,6 +47,8 @@ class InfoEnv(gym.Env):
         return np.array([self.env_id, 0], dtype=np.float32), self.info()
 
     def step(self, action: Any):
+        if action == RAISE:
+            raise ValueError(f"env {self.env_id} was told to fail")
         time.sleep(self.rng.uniform(0, 0.003))
         self.steps += 1
         obs = np.array([self.env_id, self.steps], dtype=np.float32)
@@ -52,16 +56,29 @@ class InfoEnv(gym.Env):
         return obs, reward, self.steps % self.episode == 0, False, self.info()
 
 
-def info_at(t: int, floats_only: bool) -> dict[str, Any]:
+RAISE = -1.0  # the action that makes `InfoEnv.step` raise
+
+
+def info_at(t: int, floats_only: bool, extra_every: int = 0) -> dict[str, Any]:
     """The info after ``t`` steps: floats only (one kind of cell: the joined path), or an
-    int, a float and a bool (mixed cells: merged per answer)."""
+    int, a float and a bool (mixed cells: merged per answer); with ``extra_every``, one
+    more key every that many steps (infos off the worker's layout: pickled beside the
+    slot's results)."""
     if floats_only:
-        return {"half": t / 2, "neg": -1.0 * t}
-    return {"t": t, "half": t / 2, "even": t % 2 == 0}
+        info: dict[str, Any] = {"half": t / 2, "neg": -1.0 * t}
+    else:
+        info = {"t": t, "half": t / 2, "even": t % 2 == 0}
+    if extra_every and t % extra_every == 0:
+        info["extra"] = 10.0 * t
+    return info
 
 
 def _expected(
-    ids: np.ndarray, steps: dict[int, int], actions: dict[int, float], floats_only: bool
+    ids: np.ndarray,
+    steps: dict[int, int],
+    actions: dict[int, float],
+    floats_only: bool,
+    extra_every: int = 0,
 ) -> tuple:
     """The batch of ``ids`` built env by env: what each env returned at its step count."""
     n = len(ids)
@@ -73,7 +90,7 @@ def _expected(
     terms = np.array([steps[g] > 0 and steps[g] % 7 == 0 for g in ids.tolist()], dtype=np.bool_)
     infos: dict[str, Any] = {}
     for k, g in enumerate(ids.tolist()):
-        infos = merge_info(infos, info_at(steps[g], floats_only), k, n)
+        infos = merge_info(infos, info_at(steps[g], floats_only, extra_every), k, n)
     infos["env_id"] = ids
     infos["_env_id"] = np.ones(n, dtype=np.bool_)
     return obs, rewards, terms, np.zeros(n, dtype=np.bool_), infos
@@ -114,6 +131,91 @@ def test_recv_equals_the_env_by_env_batch(make_pipelined, fast_path, floats_only
                 steps[g] = 0 if ended else steps[g] + 1
                 last[g] = a
     assert seen_joined > 0  # some recv joined the answers of several workers
+
+
+def _advance(steps: dict[int, int], last: dict[int, float], ids: list[int], actions) -> None:
+    """Count one step of the envs ``ids`` (NEXT_STEP autoreset: the step after a
+    termination is the reset)."""
+    for g, a in zip(ids, actions.tolist(), strict=True):
+        ended = steps[g] > 0 and steps[g] % 7 == 0
+        steps[g] = 0 if ended else steps[g] + 1
+        last[g] = a
+
+
+@pytest.mark.parametrize("extra_every", [0, 5])
+@pytest.mark.parametrize("floats_only", [True, False])
+def test_whole_worker_recv_equals_the_env_by_env_batch(
+    make_pipelined, monkeypatch, floats_only, extra_every
+):
+    """Sends of whole workers, each worker's envs in order, go through the slot lane
+    (results joined straight from the slots); what ``recv`` returns is still the batch
+    built env by env, also when the infos leave the worker's layout (pickled beside the
+    slot's results) or mix cell kinds (merged key by key)."""
+    from pipelined_vec_env.stepping import decoupled
+
+    joined_from_slots = 0
+    read_step = decoupled.read_step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal joined_from_slots
+        result = read_step(*args, **kwargs)
+        joined_from_slots += result is not None
+        return result
+
+    monkeypatch.setattr(decoupled, "read_step", counted)
+    n = 6
+    envs = make_pipelined(
+        [partial(InfoEnv, i, floats_only, extra_every=extra_every) for i in range(n)],
+        envs_per_worker=3,
+    )
+    envs.async_reset(seed=0)
+    steps = dict.fromkeys(range(n), 0)
+    last: dict[int, float] = {}
+    rng = np.random.default_rng(2)
+    for _ in range(60):
+        obs, rewards, terms, truncs, infos = envs.recv(batch_size=3)
+        ids = infos["env_id"]
+        want = _expected(ids, steps, last, floats_only, extra_every)
+        assert_tree_equal((obs, rewards, terms, truncs, infos), want)
+        order = np.argsort(ids, kind="stable")  # each worker's envs in order
+        actions = rng.integers(0, 50, size=len(ids)).astype(np.float32)
+        envs.send(actions, ids[order])
+        _advance(steps, last, ids[order].tolist(), actions)
+    if floats_only and not extra_every:
+        assert joined_from_slots > 30  # the lane served most calls
+    elif not floats_only:
+        assert joined_from_slots == 0  # mixed cells: joined key by key
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_a_failing_env_in_a_whole_worker_send_keeps_the_other_results(make_pipelined, max_restarts):
+    """An env that raises in a whole-worker step: with no restarts allowed its error comes
+    from ``recv`` and the other worker's results come from the next ``recv``; with one, its
+    worker is rebuilt and its envs come back truncated, flagged ``worker_restarted``."""
+    envs = make_pipelined(
+        [partial(InfoEnv, i, True) for i in range(4)], envs_per_worker=2, max_restarts=max_restarts
+    )
+    envs.async_reset(seed=0)
+    got = 0
+    while got < 4:
+        got += len(envs.recv(batch_size=1, timeout=30)[-1]["env_id"])
+    envs.send(np.array([1.0, 2.0, 3.0, RAISE], dtype=np.float32), np.arange(4))
+    time.sleep(0.5)  # both answers are in before the recv: it takes them together
+    results: dict[int, tuple[float, bool]] = {}
+    if max_restarts == 0:
+        with pytest.raises(ValueError, match="env 3 was told to fail"):
+            envs.recv(batch_size=4, timeout=30)
+        _, rewards, _, truncs, infos = envs.recv(timeout=30)
+        assert infos["env_id"].tolist() == [0, 1]
+        np.testing.assert_array_equal(rewards, [1.0, 102.0])
+        return
+    while len(results) < 4:
+        _, rewards, _, truncs, infos = envs.recv(timeout=30)
+        for k, g in enumerate(infos["env_id"].tolist()):
+            results[g] = (float(rewards[k]), bool(truncs[k]))
+            restarted = infos.get("worker_restarted", np.zeros(len(rewards), bool))[k]
+            assert bool(restarted) == (g >= 2)
+    assert results == {0: (1.0, False), 1: (102.0, False), 2: (0.0, True), 3: (0.0, True)}
 
 
 def test_send_keeps_actions_when_the_caller_reuses_its_array(make_pipelined):

@@ -367,6 +367,33 @@ def test_step_deadline_kills_a_spinning_wait(make_pipelined):
         envs.step(np.array([FaultyEnv.SLEEP]))
 
 
+def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(make_pipelined, monkeypatch):
+    """EnvPool-style ``send``/``recv`` of whole workers (their slots' lane) with the
+    caller's waits spinning (on the slots, before the wait on the pipes): every env's count
+    is right, and a worker killed mid-step is reported by ``recv``. (No hand-over of the
+    caller's core after ``send``: the answers would be there before ``recv`` waits.)"""
+    from pipelined_vec_env.stepping import decoupled
+
+    monkeypatch.setattr(decoupled, "HAND_OVER_SECONDS", 0.0)
+    envs = make_pipelined([FaultyEnv] * 2, envs_per_worker=1)
+    for w in workers(envs):
+        spin_as_on_a_quiet_machine(w)
+    envs.async_reset(seed=0)
+    for count in range(100):
+        if count:
+            envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+        obs, _, _, _, infos = envs.recv(batch_size=2, timeout=30)
+        assert sorted(infos["env_id"].tolist()) == [0, 1]
+        assert obs[:, 0].tolist() == [count, count]
+    assert sum(w.wire.spins for w in workers(envs)) > 0  # the waits spun (hit or missed)
+    envs.send(np.array([FaultyEnv.NORMAL, FaultyEnv.SIGKILL]), [0, 1])
+    seen: list[int] = []
+    with pytest.raises(WorkerCrashedError):
+        for _ in range(3):
+            seen += envs.recv(batch_size=1, timeout=30)[-1]["env_id"].tolist()
+    assert seen in ([], [0])
+
+
 def test_env_exception_on_the_fast_path_is_reraised(make_pipelined):
     envs = make_pipelined([FaultyEnv] * 2, envs_per_worker=2)
     envs.reset(seed=0)

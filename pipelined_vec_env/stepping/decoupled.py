@@ -22,19 +22,28 @@ from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from ..batching import batch_slice, check_actions, to_numpy
+from ..batching import check_actions, to_numpy
 from ..errors import WaitTimeoutError, WorkerCrashedError
-from ..infos import merge_info
 from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
 from ..workers.protocol import Answer, Command, Crashed, Ok
-from ..workers.slots import ColumnInfos, SlotRead, join_column_infos
+from ..workers.slots import SlotRead, read_step
+from ..workers.spinning import hand_over_core
 from ..workers.waiting import deadline_after, remaining
+from ..workers.worker_handle import ProcessBackend
+from .ready_results import ReadyResults, all_true, joined, joined_infos, rows_of
 
 __all__ = ["DecoupledState"]
 
 logger = logging.getLogger(__name__)
+
+#: The longest mean time (seconds) from a slot lane ``send`` to the ``recv`` that takes
+#: its answers under which the ``send`` hands the caller's core to the workers
+#: (`spinning.hand_over_core`). The caller then waits behind a worker on its core, up to
+#: about one scheduler slice (a millisecond or so on Linux), so only where steps are that
+#: quick: HalfCheetah's 4-env steps (~0.2 ms), not LIBERO's (tens of ms).
+HAND_OVER_SECONDS = 1e-3
 
 
 class DecoupledState:
@@ -79,6 +88,12 @@ class DecoupledState:
         self._polled: list[tuple[Any, InFlight]] = []
         # global env id -> its worker (made at the first send: the pool's handles by then)
         self._owner: list[Any] = []
+        # whether the slot lane may serve recv/send (`_lane_recv`): subprocess workers
+        self._lane = isinstance(pool.backend, ProcessBackend)
+        # when the last lane send went (perf_counter), and the running mean of the times
+        # from a lane send to the lane recv that returned its answers (`HAND_OVER_SECONDS`)
+        self._lane_sent_at = 0.0
+        self._round_trip = 0.0
 
     # ------------------------------------------------------------------ checks
 
@@ -185,10 +200,13 @@ class DecoupledState:
                 f"env_ids: envs {unknown} were not received by recv, or already have actions"
             )
         batch = check_actions(env.single_action_space, to_numpy(actions), len(id_list))
-        sent: list[int] = []
-        for w, positions in self._by_worker(id_list):
-            self._send_step(w, batch, positions, id_list)
-            sent.extend(id_list[p] for p in positions)
+        if self._lane_send(batch, id_list):
+            sent = id_list
+        else:
+            sent = []
+            for w, positions in self._by_worker(id_list):
+                self._send_step(w, batch, positions, id_list)
+                sent.extend(id_list[p] for p in positions)
         self.received.difference_update(id_list)
         self.in_flight.update(sent)
 
@@ -196,13 +214,7 @@ class DecoupledState:
         """The positions in ``id_list`` of each worker's envs (ids in runs of one worker
         keep their order); envs whose worker was rebuilt get their truncated result
         instead (`_end_restarted_episode`)."""
-        if not self._owner:
-            owner: list[Any] = [None] * self.env.num_envs
-            for w in self.pool.handles:
-                for g in w.env_indices:
-                    owner[g] = w
-            self._owner = owner
-        owner, restarted = self._owner, self.restarted
+        owner, restarted = self._owners(), self.restarted
         groups: dict[int, tuple[Any, list[int]]] = {}
         for pos, g in enumerate(id_list):
             if restarted and g in restarted:  # its simulator is gone: this step ends it
@@ -216,6 +228,16 @@ class DecoupledState:
                 group[1].append(pos)
         return list(groups.values())
 
+    def _owners(self) -> list[Any]:
+        """Per global env id, its worker (made at the first send: the pool's handles by then)."""
+        if not self._owner:
+            owner: list[Any] = [None] * self.env.num_envs
+            for w in self.pool.handles:
+                for g in w.env_indices:
+                    owner[g] = w
+            self._owner = owner
+        return self._owner
+
     def _send_step(self, w: Any, batch: Any, positions: list[int], id_list: list[int]) -> None:
         """Send worker ``w`` the step of the envs ``id_list[p]`` for ``p`` in ``positions``
         (their actions: those rows of ``batch``)."""
@@ -223,7 +245,7 @@ class DecoupledState:
         if positions[-1] - first + 1 == count and type(batch) is np.ndarray:
             rows = batch[first : first + count].copy()  # a run of rows: one slice
         else:
-            rows = _take(self.env.single_action_space, batch, positions)
+            rows = rows_of(self.env.single_action_space, batch, positions)
         ids = [id_list[p] for p in positions]
         base = w.env_indices[0]
         locals_: list[int] | None = [g - base for g in ids]
@@ -243,6 +265,10 @@ class DecoupledState:
                 f"ready), got {batch_size!r}"
             )
         deadline = deadline_after(timeout)
+        if self._lane and not (self.ready or self._polled or env.profiler.enabled):
+            results = self._lane_recv(want, deadline)
+            if results is not None:
+                return results
         t0 = time.monotonic_ns()
         if self.ready_count >= want:  # enough already: take what else is there, no wait
             self._collect(0.0, look=True)
@@ -256,6 +282,134 @@ class DecoupledState:
         if env.profiler.enabled:
             env.profiler.caller_waited("recv", t0)
         return self._pop_all()
+
+    # ------------------------------------------------------------------ slot lane
+
+    def _lane_send(self, batch: Any, id_list: list[int]) -> bool:
+        """Send the actions ``batch`` (checked) of the envs ``id_list`` as whole-worker
+        steps through the slots, when ``id_list`` is a run of whole workers' envs, each
+        worker's in order, with nothing in flight on them, and each worker's rows fit its
+        slot: one `WorkerPool.send` per worker of its rows (a view: the slot takes a copy).
+        False, with nothing sent, otherwise (the general path serves the call).
+
+        Then, while lane round trips are quick (`HAND_OVER_SECONDS`) and no answer waits,
+        it hands the caller's core over as a whole-env step does
+        (`spinning.hand_over_core`): a worker spinning on that core for its next step
+        starts it at once, and the caller, back after it, finds answers written instead
+        of sleeping until a pipe write wakes it (measured: docs/benchmarks_costs.md)."""
+        if not self._lane or self.restarted or type(batch) is not np.ndarray:
+            return False
+        owner, pool = self._owners(), self.pool
+        groups = []
+        pos, n = 0, len(id_list)
+        while pos < n:
+            w = owner[id_list[pos]]
+            envs = w.env_indices
+            k = len(envs)
+            rows = batch[pos : pos + k]
+            slot = w.slot
+            if (
+                tuple(id_list[pos : pos + k]) != envs
+                or slot is None
+                or not pool.idle([w])
+                or not slot.accepts(rows, k)
+            ):
+                return False
+            groups.append((w, rows))
+            pos += k
+        for w, rows in groups:
+            self._send(w, Command.STEP, (None, rows), w.env_indices)
+        self._lane_sent_at = time.perf_counter()
+        if self._round_trip < HAND_OVER_SECONDS and pool.backend.none_written(self.busy_workers()):
+            # quick steps and no answer to take: a worker sharing this core starts now,
+            # and the caller finds its answer written when it gets the core back
+            hand_over_core()
+        return True
+
+    def _lane_recv(self, want: int, deadline: float | None):
+        """``recv`` of whole-worker steps answered through the slots: wait for at least
+        ``want`` envs' answers on the workers' pipes (`ProcessBackend.written`), receive
+        every answer already written, and join their results straight from the slots
+        (`slots.read_step`: one copy per array), the observations from shared memory.
+
+        Serves only when no answer waits to be filed, every worker in flight has a slot
+        and steps all its envs, and observations are in shared memory. Returns None
+        otherwise, and when a worker ends, a deadline or ``deadline`` passes or an answer is
+        no fast step's: the general path then takes over from where this stopped (what
+        was received is filed as ready results first)."""
+        pool = self.pool
+        if not self.observations.shared:
+            return None
+        busy = pool.busy(list(self._workers.values()))
+        for w in busy:
+            head = pool.in_flight(w)[0]
+            if w.slot is None or w.answer is not None or head.env_ids != w.env_indices:
+                return None
+            if head.command != Command.STEP:
+                return None
+        written = ProcessBackend.written(busy, 0)
+        while sum(len(w.env_indices) for w in written) < want:
+            wait = pool.enforce_deadlines(busy, remaining(deadline))
+            more = (
+                None
+                if wait == 0
+                else ProcessBackend.written([w for w in busy if w not in written], wait)
+            )
+            if not more:  # a worker ended, an overrun or the timeout: the general path
+                return None
+            written.extend(more)
+        return self._lane_take(written)
+
+    def _lane_take(self, written: list[Any]):
+        """Receive the answers of the workers ``written`` (each in its pipe) and return
+        their envs' results joined from the slots, as `recv` returns them. From the first
+        answer that is not a fast step's on, every answer is filed as the general path
+        files it (the fast ones before it too), errors raised once all are filed; None is
+        returned then, and `recv` goes on from the ready results."""
+        pool = self.pool
+        reads: list[tuple[SlotRead, tuple[int, ...]]] = []
+        general = False
+        error: BaseException | None = None
+        for w in written:
+            w.receive()
+            answer = w.take()
+            command = pool.finish(w)
+            if pool.idle([w]):
+                self._workers.pop(w.index, None)
+            if not general and type(answer) is Ok and type(answer.payload) is SlotRead:
+                reads.append((answer.payload, command.env_ids))
+                continue
+            if not general:
+                general = True
+                self._file_reads(reads)
+            try:
+                self._take_answer(w, command, answer)
+            except BaseException as exc:  # noqa: BLE001 - raised below, once all are filed
+                error = error or exc
+        if error is not None:
+            raise error
+        if general:
+            return None
+        ids = [g for _, envs in reads for g in envs]
+        batch = read_step([r for r, _ in reads], len(ids))
+        if batch is None:  # infos of several kinds or layouts: joined key by key
+            self._file_reads(reads)
+            return self._pop_all()
+        self.in_flight.difference_update(ids)
+        if self._lane_sent_at:
+            self._round_trip += 0.25 * (time.perf_counter() - self._lane_sent_at - self._round_trip)
+        rewards, terminations, truncations, infos = batch
+        index = np.array(ids, dtype=np.int64)
+        infos["env_id"] = index
+        infos["_env_id"] = all_true(len(ids))
+        self.received.update(ids)
+        return self.observations.rows(index), rewards, terminations, truncations, infos
+
+    def _file_reads(self, reads: list[tuple[SlotRead, tuple[int, ...]]]) -> None:
+        """Queue the results of fast answers ``reads`` (``(read, env ids)``) as ready."""
+        for read, envs in reads:
+            self.in_flight.difference_update(envs)
+            self._unpack(list(envs), read.read())
 
     # ------------------------------------------------------------------ internals
 
@@ -406,75 +560,16 @@ class DecoupledState:
             for g, item in zip(ids.tolist(), items, strict=True):
                 store.keep(g, item)
             obs = concatenate(space, items, create_empty_array(space, n=n, fn=np.zeros))
-        rewards = _joined([c.rewards for c in chunks], np.float64)
-        terminations = _joined([c.terminations for c in chunks], np.bool_)
-        truncations = _joined([c.truncations for c in chunks], np.bool_)
-        infos = _joined_infos(chunks, n)
+        rewards = joined([c.rewards for c in chunks], np.float64)
+        terminations = joined([c.terminations for c in chunks], np.bool_)
+        truncations = joined([c.truncations for c in chunks], np.bool_)
+        infos = joined_infos(chunks, n)
         infos["env_id"] = ids
-        infos["_env_id"] = np.ones(n, dtype=np.bool_)
+        infos["_env_id"] = all_true(n)
         self.received.update(ids.tolist())
         return obs, rewards, terminations, truncations, infos
-
-
-class ReadyResults:
-    """The results of some envs that arrived and were not returned by ``recv`` yet (one
-    answer's, as the worker sent them).
-
-    Attributes:
-        ids: Global env ids, in the answer's order.
-        items: One observation item per env, or None (they are in the shared store).
-        rewards: ``(len(ids),)`` rewards (float64 once joined).
-        terminations: ``(len(ids),)`` termination flags.
-        truncations: ``(len(ids),)`` truncation flags.
-        infos: Per env its list of info dicts (a `ColumnInfos` for a fast step answer).
-    """
-
-    __slots__ = ("ids", "infos", "items", "rewards", "terminations", "truncations")
-
-    def __init__(
-        self,
-        ids: list[int],
-        items: Sequence[Any] | None,
-        rewards: Any,
-        terminations: Any,
-        truncations: Any,
-        infos: Any,
-    ) -> None:
-        self.ids, self.items, self.infos = ids, items, infos
-        self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
 
 
 _ZERO = np.zeros(1)
 _FALSE = np.zeros(1, dtype=np.bool_)
 _TRUE = np.ones(1, dtype=np.bool_)
-
-
-def _joined_infos(chunks: list[ReadyResults], n: int) -> dict[str, Any]:
-    """gymnasium's batched infos of the ``n`` envs of ``chunks``, end to end."""
-    if all(type(c.infos) is ColumnInfos for c in chunks):
-        joined = join_column_infos([c.infos for c in chunks])
-        if joined is not None:  # one layout of one cell kind: one copy per key
-            return joined
-    infos: dict[str, Any] = {}
-    lo = 0
-    for c in chunks:
-        if type(c.infos) is ColumnInfos:  # one slice assignment per key
-            infos = c.infos.merge_into(infos, lo, n)
-        else:
-            for k, env_infos in enumerate(c.infos):
-                for info in env_infos:
-                    infos = merge_info(infos, info, lo + k, n)
-        lo += len(c.ids)
-    return infos
-
-
-def _joined(parts: list[Any], dtype: Any) -> np.ndarray:
-    """``parts`` (arrays or sequences) joined end to end into one new array of ``dtype``."""
-    if len(parts) == 1:
-        return np.array(parts[0], dtype=dtype)  # a copy: the part may be a kept array
-    return np.concatenate([np.asarray(p) for p in parts]).astype(dtype, copy=False)
-
-
-def _take(space: Any, batch: Any, positions: list[int]) -> Any:
-    """The rows ``positions`` of a batch (copies for arrays; tuples for item batches)."""
-    return batch_slice(space, batch, np.asarray(positions, dtype=np.int64))

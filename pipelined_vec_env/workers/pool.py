@@ -398,7 +398,7 @@ class WorkerPool:
                     woken = bool(poll_fds([wake_fd], 0))
                 break
         else:
-            woken = self.backend.receive_ready(busy, self._wait_before(busy, timeout), wake_fd)
+            woken = self.backend.receive_ready(busy, self.enforce_deadlines(busy, timeout), wake_fd)
         done = []
         now = time.monotonic()
         for w in busy:
@@ -438,11 +438,11 @@ class WorkerPool:
             return self.start_timeout, "start_timeout"
         return None, ""
 
-    def _wait_before(self, workers: Sequence[Any], timeout: float | None) -> float | None:
-        """Kill those of ``workers`` whose oldest command overran its limit
-        (``start_timeout``, ``step_deadline``); return how long to wait now for them:
-        ``timeout`` or until the next overrun, whichever comes first (0 after a kill:
-        the killed worker's crash is read next)."""
+    def enforce_deadlines(self, workers: Sequence[Any], timeout: float | None) -> float | None:
+        """Kill those of ``workers`` (each with a command in flight) whose oldest command
+        overran its limit (``start_timeout``, ``step_deadline``); return how long to wait
+        now for them: ``timeout`` or until the next overrun, whichever comes first (0
+        after a kill: the killed worker's crash is read next)."""
         now = time.monotonic()
         wait = timeout
         for w in workers:  # busy: each has a command in flight
@@ -498,6 +498,16 @@ class WorkerPool:
                     f"worker(s) {waiting} did not answer within {timeout} s; the call stays "
                     "in flight and a later wait returns its result"
                 )
+
+    def finish(self, w: Any) -> InFlight:
+        """Forget worker ``w``'s oldest command, whose answer the caller read from the
+        handle itself (`WorkerHandle.receive`, not `poll`); return it. The command queued
+        next, if any, runs from now."""
+        queue = self._queues[w.index]
+        command = queue.popleft()
+        if queue and queue[0].sent_at < (now := time.monotonic()):
+            queue[0].sent_at = now
+        return command
 
     def take(self, w: Any) -> Answer | None:
         """Return and forget worker ``w``'s oldest completed answer (None: it has none)."""
@@ -556,7 +566,7 @@ class WorkerPool:
         pending = list(failures)
         while pending:
             for w, failure, op in pending:
-                self._log_restart(w, failure, op)
+                _log_restart(w, failure, op, self.step_deadline, self.max_restarts)
             workers = [w for w, _, _ in pending]
             failed = self.start_fresh(workers, counted=True)
             started = [w for w in workers if failed[w.index] is None]
@@ -581,29 +591,6 @@ class WorkerPool:
                     retry.append((w, answer, "rebuild"))
             pending = retry
         return done
-
-    def _log_restart(self, w: Any, failure: Answer, op: str) -> None:
-        """Log why worker ``w`` restarts (``failure``, the answer to its ``op``)."""
-        if w.deadline_exceeded:
-            why = f"step_deadline={self.step_deadline} s exceeded" + _frames_text(w.stacks)
-        elif isinstance(failure, Raised):
-            why = f"{failure.type_name}: {failure.message}"
-        elif isinstance(failure, TimedOut):
-            why = failure.message
-        else:
-            assert isinstance(failure, Crashed), failure
-            why = describe_exit(failure.exitcode)
-        logger.warning(
-            "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
-            w.index,
-            list(w.env_indices),
-            op,
-            why,
-            w.restarts + 1,
-            self.max_restarts,
-        )
-        if isinstance(failure, Raised):
-            logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
 
     def revive_dead(self, workers: Sequence[Any], reset_envs: set[int]) -> None:
         """Rebuild those of ``workers`` found dead, before a reset of ``reset_envs``.
@@ -660,6 +647,32 @@ class WorkerPool:
         for queue in self._queues.values():
             queue.clear()
         self._answers.clear()
+
+
+def _log_restart(
+    w: Any, failure: Answer, op: str, step_deadline: float | None, max_restarts: int
+) -> None:
+    """Log why worker ``w`` restarts (``failure``, the answer to its ``op``)."""
+    if w.deadline_exceeded:
+        why = f"step_deadline={step_deadline} s exceeded" + _frames_text(w.stacks)
+    elif isinstance(failure, Raised):
+        why = f"{failure.type_name}: {failure.message}"
+    elif isinstance(failure, TimedOut):
+        why = failure.message
+    else:
+        assert isinstance(failure, Crashed), failure
+        why = describe_exit(failure.exitcode)
+    logger.warning(
+        "restarting worker %d (envs %s) after a failed %s (%s); restart %d of %d",
+        w.index,
+        list(w.env_indices),
+        op,
+        why,
+        w.restarts + 1,
+        max_restarts,
+    )
+    if isinstance(failure, Raised):
+        logger.warning("worker %d traceback:\n%s", w.index, failure.traceback)
 
 
 def _frames_text(stacks: str | None) -> str:

@@ -519,31 +519,13 @@ class ProcessBackend:
         waiting = [h for h in handles if h.pending and h.answer is None]
         if not waiting and wake_fd is None:
             return False
-        if (
-            waiting
-            and wake_fd is None
-            and timeout != 0
-            and waiting[0].spin  # 0 for every handle where nothing may spin
-            and all(h.may_spin() for h in waiting)
-        ):
-            # a bounded spin on the slots (docs/wire_format.md, "What spins when")
-            started = time.perf_counter()
-            budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
-            for h in waiting:
-                h.wire.spins += 1
-                h._spun = True
-            if spin_until(
-                partial(_any_written, waiting),
-                budget,
-                alive=lambda: all(h.process.is_alive() for h in waiting),
-            ):
+        if waiting and wake_fd is None and timeout != 0 and _may_spin(waiting):
+            hit, timeout = _spin_for_written(waiting, timeout)
+            if hit:
                 for h in waiting:
                     if h.answer_waiting():  # written: this read does not block
-                        h.wire.spin_hits += 1
                         h.receive()
                 return False
-            if timeout is not None:
-                timeout = max(0.0, timeout - (time.perf_counter() - started))
         if wake_fd is None:
             written = [h for h in waiting if h.answer_waiting()]
             if written:  # the slots say these answers are in the pipes: no poll needed
@@ -567,6 +549,34 @@ class ProcessBackend:
             else:  # sentinel ready and nothing to read: the process is gone
                 h.found_dead()
         return wake_fd is not None and wake_fd in ready_fds
+
+    @staticmethod
+    def written(
+        handles: Sequence[WorkerHandle], timeout: float | None
+    ) -> list[WorkerHandle] | None:
+        """Those of ``handles`` (each with a slot, awaiting an answer not received yet)
+        whose next answer is in their pipes: at once where their slots say so, else after
+        one wait of at most ``timeout`` seconds, a bounded spin on the slots first where
+        the caller may spin (as `receive_ready`), then a wait on their pipes and process
+        sentinels. Nothing is read.
+
+        Returns:
+            The handles with an answer waiting ([]: none within ``timeout``), or None when
+            a process ended first (its sentinel: `receive_ready` reads the crash).
+        """
+        written = [h for h in handles if h.answer_waiting()]
+        if written or timeout == 0:
+            return written
+        if _may_spin(handles):
+            hit, timeout = _spin_for_written(handles, timeout)
+            if hit:
+                return [h for h in handles if h.answer_waiting()]
+        fds = [h.fd for h in handles]
+        ready = poll_fds([*fds, *(h.sentinel for h in handles)], timeout)
+        if any(fd not in fds for fd in ready):
+            return None
+        # a readable pipe holds the answer (the slot's count may lag the pipe write)
+        return [h for h in handles if h.fd in ready]
 
     @staticmethod
     def none_written(handles: Sequence[WorkerHandle]) -> bool:
@@ -697,6 +707,40 @@ def _warn_failed_close(h: WorkerHandle, frame: bytes) -> None:
             RuntimeWarning,
             stacklevel=4,
         )
+
+
+def _may_spin(waiting: Sequence[WorkerHandle]) -> bool:
+    """Whether the caller's wait for the answers of ``waiting`` spins on their slots first."""
+    return bool(waiting[0].spin) and all(h.may_spin() for h in waiting)  # spin: 0 for all or none
+
+
+def _spin_for_written(
+    waiting: Sequence[WorkerHandle], timeout: float | None
+) -> tuple[bool, float | None]:
+    """Spin on the slots of ``waiting`` until one has written an answer, at most
+    `SPIN_SECONDS` and ``timeout`` (docs/wire_format.md, "What spins when"); counted in
+    each handle's ``wire.spins`` and, for the answers it saw, ``wire.spin_hits``.
+
+    Returns:
+        Whether an answer came, and the timeout left (None stays None).
+    """
+    started = time.perf_counter()
+    budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
+    for h in waiting:
+        h.wire.spins += 1
+        h._spun = True
+    if spin_until(
+        partial(_any_written, waiting),
+        budget,
+        alive=lambda: all(h.process.is_alive() for h in waiting),
+    ):
+        for h in waiting:
+            if h.answer_waiting():
+                h.wire.spin_hits += 1
+        return True, timeout
+    if timeout is not None:
+        timeout = max(0.0, timeout - (time.perf_counter() - started))
+    return False, timeout
 
 
 def _any_written(handles: Sequence[WorkerHandle]) -> bool:
