@@ -121,14 +121,16 @@ def _parse_case(case: str) -> tuple[str, int, int, str]:
 
 def measure(
     case: str, steps: int, warmup: int = 50, num_envs: int = 8, profile: bool = False
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Time ``steps`` vector steps of ``case`` in this process.
 
     Returns:
         ``parent_us`` and ``workers_us`` (CPU per env step), ``wall_us`` (wall time per
-        env step), ``envs_per_call`` (env steps per ``step``, stage wait or ``recv``) and
-        ``load`` (1-minute load average at the end).
+        env step), ``envs_per_call`` (env steps per ``step``, stage wait or ``recv``),
+        ``load`` (1-minute load average at the end) and ``package`` (the directory of the
+        ``pipelined_vec_env`` measured).
     """
+    import pipelined_vec_env
     from pipelined_vec_env import PipelinedVectorEnv
 
     env, stages, per_worker, loop = _parse_case(case)
@@ -203,10 +205,11 @@ def measure(
         "wall_us": wall / n * 1e6,
         "envs_per_call": n / calls,
         "load": os.getloadavg()[0],
+        "package": str(Path(pipelined_vec_env.__file__).resolve().parent),
     }
 
 
-def _in_subprocess(tree: Path, case: str, steps: int, args: Args) -> dict[str, float]:
+def _in_subprocess(tree: Path, case: str, steps: int, args: Args) -> dict[str, Any]:
     code = (
         "import json, runpy, sys; "
         f"m = runpy.run_path({str(Path(__file__).resolve())!r}); "
@@ -217,8 +220,15 @@ def _in_subprocess(tree: Path, case: str, steps: int, args: Args) -> dict[str, f
         **os.environ,
         "PYTHONPATH": f"{tree.resolve()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
+    # run from the tree: ``-c`` puts the working directory first on the path, ahead of
+    # PYTHONPATH, so a package in the caller's directory would shadow the tree's
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tree.resolve(),
     )
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -232,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for case in args.cases:
         _parse_case(case)
     labels = [str(t) for t in args.trees] or ["installed"]
-    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     load_start = os.getloadavg()
     for _ in range(args.rounds):
         for case in args.cases:
@@ -254,7 +264,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 k: statistics.median(r[k] for r in runs)
                 for k in ("parent_us", "workers_us", "wall_us", "envs_per_call")
             }
-            summary.setdefault(case, {})[label] = {**med, "runs": runs}
+            summary.setdefault(case, {})[label] = {
+                **med,
+                "package": runs[0]["package"],
+                "runs": runs,
+            }
             line += (
                 f"  [{label}] parent {med['parent_us']:.1f} + workers {med['workers_us']:.1f}"
                 f" = {med['parent_us'] + med['workers_us']:.1f} us (wall {med['wall_us']:.1f};"

@@ -15,12 +15,16 @@ truncations, survives no crash and bounds no wait: it prices the design's moving
 
 ``PipelinedVectorEnv`` runs the same two loops on the same envs and layout in the same
 rounds (`cpu_per_step.measure`; each variant built afresh, the four in turn every round),
-so the gap between the two is what its checks, protocol and bookkeeping cost here.
+so the gap between the two is what its checks, protocol and bookkeeping cost here. With
+``--work-us`` the floor also runs with stand-in work (busy waiting) in the caller before
+and after its sends and in the workers before they answer: how fast the floor would go
+with a framework's per-call costs, placed where they fall.
 
 Run::
 
     python benchmarks/python_floor.py                  # 8 envs, 2 workers of 4, 3 rounds
     python benchmarks/python_floor.py --rounds 5 --env null
+    python benchmarks/python_floor.py --no-ours --work-us 40:10:0 0:0:50 40:10:50
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any, Literal
@@ -69,6 +74,13 @@ class Args:
     """Vector steps' worth run before timing."""
     rounds: int = 3
     """Rounds; every round builds and times each variant once, in turn."""
+    work_us: tuple[str, ...] = ()
+    """Floor variants with stand-in work, each ``BEFORE:AFTER:WORKER`` microseconds of busy
+    waiting: the caller's per call before its send and after it, each worker's per step
+    before it answers (what a framework's checks and bookkeeping would take there); each
+    adds a ``floor+BEFORE:AFTER:WORKER`` row per loop."""
+    ours: bool = True
+    """Time ``PipelinedVectorEnv`` beside the floor (``--no-ours``: the floor rows alone)."""
     output: Path = REPO / "benchmarks" / "results" / "python_floor.json"
     """The JSON results; the markdown table goes beside it (.md)."""
 
@@ -91,8 +103,19 @@ def _row_views(block: np.ndarray, k: int, per: int) -> tuple[np.ndarray, ...]:
     return counters, actions, obs, rewards
 
 
-def _floor_worker(k: int, name: str, shape: tuple[int, int], per: int, fd: int, kind: str) -> None:
-    """Serve worker ``k``'s commands until the command counter goes negative."""
+def _busy(us: float) -> None:
+    """Spin for ``us`` microseconds (stand-in work)."""
+    if us > 0:
+        end = time.perf_counter() + us * 1e-6
+        while time.perf_counter() < end:
+            pass
+
+
+def _floor_worker(
+    k: int, name: str, shape: tuple[int, int], per: int, fd: int, kind: str, work_us: float
+) -> None:
+    """Serve worker ``k``'s commands until the command counter goes negative, spending
+    ``work_us`` of stand-in work per step before answering."""
     memory = shared_memory.SharedMemory(name=name)
     block = np.ndarray(shape, dtype=np.float64, buffer=memory.buf)
     counters, actions, obs, rewards = _row_views(block, k, per)
@@ -113,6 +136,7 @@ def _floor_worker(k: int, name: str, shape: tuple[int, int], per: int, fd: int, 
             if terminated or truncated:
                 o, _ = env.reset()
             obs[i], rewards[i] = o, r
+        _busy(work_us)
         counters[ANSWER] = seen
         os.write(fd, b"x")
     del counters, actions, obs, rewards, block
@@ -137,8 +161,12 @@ def _timed(
     }
 
 
-def measure_floor(loop: str, args: Args) -> dict[str, float]:
-    """Time the floor's ``loop`` (``step`` or ``sendrecv``) once."""
+def measure_floor(
+    loop: str, args: Args, work: tuple[float, float, float] = (0.0, 0.0, 0.0)
+) -> dict[str, float]:
+    """Time the floor's ``loop`` (``step`` or ``sendrecv``) once, with ``work`` (before
+    send, after send, worker: microseconds; see `Args.work_us`)."""
+    before, after, worker_us = work
     n, per = args.num_envs, args.envs_per_worker
     workers = n // per
     shape = (workers, HEADER + per * (ACT + OBS + 1))
@@ -151,7 +179,7 @@ def measure_floor(loop: str, args: Args) -> dict[str, float]:
     procs = [
         context.Process(
             target=_floor_worker,
-            args=(k, memory.name, shape, per, pipes[k][1], args.env),
+            args=(k, memory.name, shape, per, pipes[k][1], args.env, worker_us),
             daemon=True,
         )
         for k in range(workers)
@@ -181,8 +209,10 @@ def measure_floor(loop: str, args: Args) -> dict[str, float]:
     def step(count: int) -> tuple[int, int]:
         for i in range(count):
             batch = actions[i % 64]
+            _busy(before)
             for k in range(workers):
                 send(k, batch[k * per : (k + 1) * per])
+            _busy(after)
             os.sched_yield()  # a worker sharing this core starts now
             results: list[Any] = [None] * workers
             while any(r is None for r in results):
@@ -206,8 +236,10 @@ def measure_floor(loop: str, args: Args) -> dict[str, float]:
             results = [take(k) for k in ready]
             np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
             batch = actions[calls % 64]
+            _busy(before)
             for k in ready:
                 send(k, batch[k * per : (k + 1) * per])
+            _busy(after)
             received += len(ready) * per
             calls += 1
         return received, calls
@@ -249,12 +281,27 @@ def measure_ours(loop: str, args: Args) -> dict[str, float]:
     }
 
 
-VARIANTS = (
-    ("floor", "step", measure_floor),
-    ("floor", "sendrecv", measure_floor),
-    ("ours", "step", measure_ours),
-    ("ours", "sendrecv", measure_ours),
-)
+LOOPS = ("step", "sendrecv")
+
+
+def _stand_ins(specs: Sequence[str]) -> list[tuple[str, tuple[float, float, float]]]:
+    """``(row label, (before, after, worker))`` for each ``BEFORE:AFTER:WORKER`` spec.
+
+    Raises:
+        ValueError: A spec that is not three non-negative numbers joined by colons.
+    """
+    out = []
+    for spec in specs:
+        try:
+            before, after, worker = (float(x) for x in spec.split(":"))
+        except ValueError:
+            raise ValueError(
+                f"work_us: expected BEFORE:AFTER:WORKER microseconds, got {spec!r}"
+            ) from None
+        if min(before, after, worker) < 0:
+            raise ValueError(f"work_us: expected non-negative microseconds, got {spec!r}")
+        out.append((f"+{spec}", (before, after, worker)))
+    return out
 
 
 def format_table(summary: dict[str, dict[str, float]]) -> str:
@@ -283,11 +330,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"num_envs: expected a multiple of envs_per_worker={args.envs_per_worker} with "
             f"at least 2 workers, got {args.num_envs}"
         )
+    variants: list[tuple[str, str, Callable[[], dict[str, float]]]] = [
+        (f"floor{label}", loop, partial(measure_floor, loop, args, work))
+        for label, work in [("", (0.0, 0.0, 0.0)), *_stand_ins(args.work_us)]
+        for loop in ("step", "sendrecv")
+    ]
+    if args.ours:
+        variants += [("ours", loop, partial(measure_ours, loop, args)) for loop in LOOPS]
     started, load_start = time.time(), os.getloadavg()[0]
     runs: dict[str, list[dict[str, float]]] = {}
     for r in range(args.rounds):
-        for who, loop, measure in VARIANTS:
-            result = measure(loop, args)
+        for who, loop, measure in variants:
+            result = measure()
             runs.setdefault(f"{who} {loop}", []).append(result)
             print(
                 f"round {r + 1}/{args.rounds}  {who:5s} {loop:8s} "

@@ -7,6 +7,7 @@ checks the JSON's shape; no timing is asserted (a few steps mean nothing).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -24,13 +25,16 @@ def _load_script() -> ModuleType:
 
 
 @pytest.mark.timeout(180)
-def test_cpu_per_step_in_process_and_tree(tmp_path: Path) -> None:
+def test_cpu_per_step_in_process_and_tree(tmp_path: Path, monkeypatch) -> None:
     script = _load_script()
     output = tmp_path / "cpu.json"
+    tree = tmp_path / "tree"  # a copy of the package, run from the repository's root:
+    shutil.copytree(REPO / "pipelined_vec_env", tree / "pipelined_vec_env")
+    monkeypatch.chdir(REPO)  # the tree's package is measured, not the one in the cwd
     result = script.main(
         [
             "--cases", "null-1x2-step", "null-2x1-staged",
-            "--trees", str(REPO),
+            "--trees", str(tree),
             "--rounds", "1", "--steps", "20", "--warmup", "2", "--num-envs", "2",
             "--output", str(output),
         ]
@@ -41,8 +45,11 @@ def test_cpu_per_step_in_process_and_tree(tmp_path: Path) -> None:
         (figures,) = by_tree.values()
         assert figures["parent_us"] > 0 and figures["workers_us"] > 0
         assert len(figures["runs"]) == 1
+        assert figures["package"] == str((tree / "pipelined_vec_env").resolve())
     in_process = script.measure("null-1x2-step", steps=10, warmup=2, num_envs=2)
-    assert set(in_process) == {"parent_us", "workers_us", "wall_us", "envs_per_call", "load"}
+    assert set(in_process) == {
+        "parent_us", "workers_us", "wall_us", "envs_per_call", "load", "package"
+    }  # fmt: skip
     assert in_process["envs_per_call"] == 2
     send_recv = script.measure("null-1x1-sendrecv", steps=10, warmup=2, num_envs=2)
     assert send_recv["parent_us"] > 0 and send_recv["workers_us"] > 0

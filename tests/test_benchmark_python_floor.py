@@ -32,6 +32,31 @@ def test_python_floor_runs_every_variant(tmp_path: Path) -> None:
     assert "| floor | step |" in output.with_suffix(".md").read_text()
 
 
+def test_python_floor_stand_in_work_rows(tmp_path: Path) -> None:
+    script = load_script("benchmarks/python_floor.py", "benchmarks_python_floor")
+    report = script.main(
+        [
+            "--env", "null", "--num-envs", "4", "--envs-per-worker", "2", "--steps", "20",
+            "--warmup", "5", "--rounds", "1", "--no-ours", "--work-us", "200:0:0",
+            "--output", str(tmp_path / "floor.json"),
+        ]
+    )  # fmt: skip
+    rows = report["summary"]
+    assert set(rows) == {
+        "floor step",
+        "floor sendrecv",
+        "floor+200:0:0 step",
+        "floor+200:0:0 sendrecv",
+    }
+    # 200 us of the caller's busy work per call: slower than the bare floor's same loop
+    for loop in ("step", "sendrecv"):
+        assert (
+            rows[f"floor+200:0:0 {loop}"]["caller_cpu_us"] > rows[f"floor {loop}"]["caller_cpu_us"]
+        )
+    with pytest.raises(ValueError, match="work_us"):
+        script.main(["--work-us", "1:2"])
+
+
 def test_python_floor_refuses_a_layout_of_one_worker() -> None:
     script = load_script("benchmarks/python_floor.py", "benchmarks_python_floor")
     with pytest.raises(ValueError, match="num_envs"):

@@ -197,7 +197,8 @@ def hand_over_core() -> None:
     returns at once. Not after one stage's ``step_async``: there the caller has other
     stages to serve, and handing its core to a worker can stall it behind that worker's
     whole step (the staged 2x4 loop: 29.7k env steps/s with it, 32.2k without, median of
-    4 interleaved runs on a noisy machine).
+    4 interleaved runs on a noisy machine). After an EnvPool-style ``send`` of whole
+    workers only while their steps are quick (`stepping.decoupled.HAND_OVER_SECONDS`).
     """
     if hasattr(os, "sched_yield"):
         os.sched_yield()
