@@ -36,6 +36,9 @@ from .ready_results import ReadyResults, all_true, joined, joined_infos, rows_of
 
 __all__ = ["DecoupledState"]
 
+#: What ``recv`` returns: ``(observations, rewards, terminations, truncations, infos)``.
+Results = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+
 logger = logging.getLogger(__name__)
 
 #: The longest mean time (seconds) from a slot lane ``send`` to the ``recv`` that takes
@@ -253,7 +256,7 @@ class DecoupledState:
             locals_ = None  # every env of the worker in order, as a whole-env step
         self._send(w, Command.STEP, (locals_, rows), ids)
 
-    def recv(self, batch_size: int | None, timeout: float | None):
+    def recv(self, batch_size: int | None, timeout: float | None) -> Results:
         env = self.env
         if not self.active:
             raise NoAsyncCallError("recv without a prior async_reset", "recv")
@@ -326,7 +329,7 @@ class DecoupledState:
             hand_over_core()
         return True
 
-    def _lane_recv(self, want: int, deadline: float | None):
+    def _lane_recv(self, want: int, deadline: float | None) -> Results | None:
         """``recv`` of whole-worker steps answered through the slots: wait for at least
         ``want`` envs' answers on the workers' pipes (`ProcessBackend.written`), receive
         every answer already written, and join their results straight from the slots
@@ -360,7 +363,7 @@ class DecoupledState:
             written.extend(more)
         return self._lane_take(written)
 
-    def _lane_take(self, written: list[Any]):
+    def _lane_take(self, written: list[Any]) -> Results | None:
         """Receive the answers of the workers ``written`` (each in its pipe) and return
         their envs' results joined from the slots, as `recv` returns them. From the first
         answer that is not a fast step's on, every answer is filed as the general path
@@ -545,7 +548,7 @@ class DecoupledState:
         self.ready.append(ReadyResults(ids, items, rewards, terms, truncs, infos))
         self.ready_count += n
 
-    def _pop_all(self):
+    def _pop_all(self) -> Results:
         env = self.env
         store = self.observations
         chunks = list(self.ready)
