@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from pipelined_vec_env.debug_envs import FaultyEnv
 from pipelined_vec_env.infos import merge_info
 from pipelined_vec_env.workers.slots import ColumnInfos, InfoLayout, join_column_infos
 from tests.conftest import assert_tree_equal
@@ -216,6 +217,34 @@ def test_a_failing_env_in_a_whole_worker_send_keeps_the_other_results(make_pipel
             restarted = infos.get("worker_restarted", np.zeros(len(rewards), bool))[k]
             assert bool(restarted) == (g >= 2)
     assert results == {0: (1.0, False), 1: (102.0, False), 2: (0.0, True), 3: (0.0, True)}
+
+
+@pytest.mark.parametrize("step_seconds,quick", [(0.0, True), (0.005, False)], ids=["0ms", "5ms"])
+def test_send_hands_the_core_over_only_while_steps_are_quick(
+    make_pipelined, monkeypatch, step_seconds, quick
+):
+    """A whole-worker ``send`` hands the caller's core to the workers while the time from
+    such a send to the ``recv`` that returns its answers stays under
+    ``HAND_OVER_SECONDS`` (1 ms); envs of 5 ms stop it after the first round trip."""
+    from pipelined_vec_env.stepping import decoupled
+
+    handed = 0
+
+    def counted() -> None:
+        nonlocal handed
+        handed += 1
+
+    monkeypatch.setattr(decoupled, "hand_over_core", counted)
+    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=step_seconds)] * 2, envs_per_worker=1)
+    envs.async_reset(seed=0)
+    for count in range(40):
+        if count:
+            envs.send(np.full(2, FaultyEnv.SLEEP), [0, 1])
+        assert len(envs.recv(batch_size=2, timeout=30)[-1]["env_id"]) == 2
+    if quick:
+        assert handed >= 20  # most of the 39 sends (a loaded host may slow a few)
+    else:
+        assert handed <= 2  # the first send's, before any round trip was measured
 
 
 def test_send_keeps_actions_when_the_caller_reuses_its_array(make_pipelined):

@@ -370,22 +370,26 @@ def test_step_deadline_kills_a_spinning_wait(make_pipelined):
 def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(make_pipelined, monkeypatch):
     """EnvPool-style ``send``/``recv`` of whole workers (their slots' lane) with the
     caller's waits spinning (on the slots, before the wait on the pipes): every env's count
-    is right, and a worker killed mid-step is reported by ``recv``. (No hand-over of the
-    caller's core after ``send``: the answers would be there before ``recv`` waits.)"""
+    is right, and a worker killed mid-step is reported by ``recv``. (Each step sleeps 2 ms
+    and the caller's core is not handed over after ``send``, so ``recv`` always waits.)"""
     from pipelined_vec_env.stepping import decoupled
 
     monkeypatch.setattr(decoupled, "HAND_OVER_SECONDS", 0.0)
-    envs = make_pipelined([FaultyEnv] * 2, envs_per_worker=1)
+    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=1)
     for w in workers(envs):
         spin_as_on_a_quiet_machine(w)
     envs.async_reset(seed=0)
-    for count in range(100):
+    spins_at_reset = 0
+    for count in range(50):
         if count:
-            envs.send(np.zeros(2, dtype=np.int64), [0, 1])
+            envs.send(np.full(2, FaultyEnv.SLEEP), [0, 1])
         obs, _, _, _, infos = envs.recv(batch_size=2, timeout=30)
         assert sorted(infos["env_id"].tolist()) == [0, 1]
         assert obs[:, 0].tolist() == [count, count]
-    assert sum(w.wire.spins for w in workers(envs)) > 0  # the waits spun (hit or missed)
+        if count == 0:  # the reset's answers come the general way
+            spins_at_reset = sum(w.wire.spins for w in workers(envs))
+    # the steps' waits spun (and missed: 2 ms)
+    assert sum(w.wire.spins for w in workers(envs)) > spins_at_reset
     envs.send(np.array([FaultyEnv.NORMAL, FaultyEnv.SIGKILL]), [0, 1])
     seen: list[int] = []
     with pytest.raises(WorkerCrashedError):
