@@ -19,6 +19,7 @@ from .observations import ObservationStore
 from .profiling.profiler import Profiler
 from .reset_arguments import reset_arguments
 from .stepping.decoupled import DecoupledState
+from .stepping.decoupled_guards import check_free
 from .stepping.decoupled_methods import DecoupledMethods
 from .stepping.stage_stepping import StageStepping
 from .stepping.stages import Stage, check_startable, wait_any_stage
@@ -445,7 +446,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         stages, envs = self._select(stage)
         seeds, per_env, mask = reset_arguments(seed, options, envs)
         check_startable(stages, "reset", stage is None)
-        self.decoupled.check_free(envs, "reset")
+        check_free(self.decoupled, envs, "reset")
         self._stepping.send_reset(stages, envs, seeds, per_env, mask, stage is None)
 
     def reset_wait(
@@ -504,7 +505,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         self._check_open()
         stages, envs = self._select(stage)
         check_startable(stages, "step", stage is None)
-        self.decoupled.check_free(envs, "step")
+        check_free(self.decoupled, envs, "step")
         space = self.single_action_space
         if space is not self._checked_space:  # the check of this space, looked up once
             self._checked_space, self._check_actions = space, check_actions.dispatch(type(space))

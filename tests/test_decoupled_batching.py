@@ -247,6 +247,51 @@ def test_send_hands_the_core_over_only_while_steps_are_quick(
         assert handed <= 2  # the first send's, before any round trip was measured
 
 
+class SlowEnv(gym.Env):
+    """Steps of ``seconds`` (slept) with an int and a float info (cells of two kinds: the
+    lane files them key by key instead of joining them from the slots)."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(), dtype=np.float32)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: Any):
+        time.sleep(self.seconds)
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {"t": 1, "x": 0.5}
+
+
+@pytest.mark.parametrize("workers,batch", [(2, 2), (8, 1)], ids=["mixed-infos", "8-in-flight"])
+def test_slow_steps_stop_the_hand_over_whatever_their_answers(
+    make_pipelined, monkeypatch, workers, batch
+):
+    """Steps of 8 ms stop the hand-over after the first round trips, also where the
+    answers are filed key by key (infos of two cell kinds) and where many workers are in
+    flight and each ``recv`` takes one (the answer's own send counts, not the latest)."""
+    from pipelined_vec_env.stepping import decoupled
+
+    handed = 0
+
+    def counted() -> None:
+        nonlocal handed
+        handed += 1
+
+    monkeypatch.setattr(decoupled, "hand_over_core", counted)
+    envs = make_pipelined([partial(SlowEnv, 0.008)] * workers, envs_per_worker=1)
+    envs.async_reset(seed=0)
+    sends = 0
+    for _ in range(30):
+        ids = envs.recv(batch_size=batch, timeout=30)[-1]["env_id"]
+        envs.send(np.zeros(len(ids), dtype=np.float32), np.sort(ids))
+        sends += 1
+    assert handed <= 3, f"{handed} of {sends} sends handed the core over"
+
+
 def test_send_keeps_actions_when_the_caller_reuses_its_array(make_pipelined):
     """The actions of a run of rows are sent as a copy: changing the caller's array after
     ``send`` does not change what the envs execute."""

@@ -368,34 +368,64 @@ def test_step_deadline_kills_a_spinning_wait(make_pipelined):
 
 
 def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(make_pipelined, monkeypatch):
-    """EnvPool-style ``send``/``recv`` of whole workers (their slots' lane) with the
-    caller's waits spinning (on the slots, before the wait on the pipes): every env's count
-    is right, and a worker killed mid-step is reported by ``recv``. (Each step sleeps 2 ms
-    and the caller's core is not handed over after ``send``, so ``recv`` always waits.)"""
+    """EnvPool-style ``send``/``recv`` of a whole worker (its slot's lane) with the
+    caller's waits spinning (on the slot, before the wait on the pipe): every env's count
+    is right, the lane joins the results, and a worker killed mid-step is reported by
+    ``recv``. (Each step sleeps 2 ms and the caller's core is not handed over after
+    ``send``, so ``recv`` always waits; one worker, so one spin gate, whose probes come
+    every 16 waits at the latest once the 2 ms waits closed it.)"""
     from pipelined_vec_env.stepping import decoupled
 
     monkeypatch.setattr(decoupled, "HAND_OVER_SECONDS", 0.0)
-    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=1)
-    for w in workers(envs):
-        spin_as_on_a_quiet_machine(w)
+    joined = 0
+    read_step = decoupled.read_step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal joined
+        result = read_step(*args, **kwargs)
+        joined += result is not None
+        return result
+
+    monkeypatch.setattr(decoupled, "read_step", counted)
+    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=2)
+    (worker,) = workers(envs)
+    spin_as_on_a_quiet_machine(worker)
     envs.async_reset(seed=0)
     spins_at_reset = 0
     for count in range(50):
         if count:
             envs.send(np.full(2, FaultyEnv.SLEEP), [0, 1])
         obs, _, _, _, infos = envs.recv(batch_size=2, timeout=30)
-        assert sorted(infos["env_id"].tolist()) == [0, 1]
+        assert infos["env_id"].tolist() == [0, 1]
         assert obs[:, 0].tolist() == [count, count]
-        if count == 0:  # the reset's answers come the general way
-            spins_at_reset = sum(w.wire.spins for w in workers(envs))
-    # the steps' waits spun (and missed: 2 ms)
-    assert sum(w.wire.spins for w in workers(envs)) > spins_at_reset
+        if count == 0:  # the reset's answer comes the general way
+            spins_at_reset = worker.wire.spins
+    assert joined == 49  # every step's results joined by the lane
+    assert worker.wire.spins > spins_at_reset  # the steps' waits spun (and missed: 2 ms)
     envs.send(np.array([FaultyEnv.NORMAL, FaultyEnv.SIGKILL]), [0, 1])
-    seen: list[int] = []
     with pytest.raises(WorkerCrashedError):
-        for _ in range(3):
-            seen += envs.recv(batch_size=1, timeout=30)[-1]["env_id"].tolist()
-    assert seen in ([], [0])
+        envs.recv(batch_size=1, timeout=30)
+
+
+def test_whole_worker_recv_enforces_step_deadline_while_others_answer(make_pipelined):
+    """A worker past ``step_deadline`` is killed and reported by ``recv`` even while the
+    other worker's answers keep arriving (each ``recv`` finds one already written)."""
+    envs = make_pipelined(
+        [partial(FaultyEnv, sleep_seconds=5.0)] * 2, envs_per_worker=1, step_deadline=0.3
+    )
+    envs.async_reset(seed=0)
+    got = 0
+    while got < 2:
+        got += len(envs.recv(timeout=30)[-1]["env_id"])
+    envs.send(np.array([FaultyEnv.SLEEP]), [1])  # hangs past the deadline
+    started = time.monotonic()
+    with pytest.raises(WorkerCrashedError):
+        while time.monotonic() - started < 4.0:
+            envs.send(np.array([FaultyEnv.NORMAL]), [0])
+            time.sleep(0.005)  # env 0's answer is written before each recv
+            _, _, _, _, infos = envs.recv(batch_size=1, timeout=30)
+            assert infos["env_id"].tolist() == [0]  # env 1's late result never comes
+    assert time.monotonic() - started < 4.0  # the kill, not the 5 s sleep's end
 
 
 def test_env_exception_on_the_fast_path_is_reraised(make_pipelined):

@@ -93,56 +93,9 @@ class DecoupledState:
         self._owner: list[Any] = []
         # whether the slot lane may serve recv/send (`_lane_recv`): subprocess workers
         self._lane = isinstance(pool.backend, ProcessBackend)
-        # when the last lane send went (perf_counter), and the running mean of the times
-        # from a lane send to the lane recv that returned its answers (`HAND_OVER_SECONDS`)
-        self._lane_sent_at = 0.0
+        # running mean of the times from a step's send (from when its worker could start
+        # it) to the recv that took its answer (`HAND_OVER_SECONDS`)
         self._round_trip = 0.0
-
-    # ------------------------------------------------------------------ checks
-
-    def check_free(self, envs: slice, op: str) -> None:
-        """Refuse a stage ``op`` on envs that decoupled stepping is driving.
-
-        A reset may take envs that were received and not sent (it ends their decoupled
-        use); anything in flight must be received first.
-
-        Raises:
-            RuntimeError: Mixing ``step_*``/``reset_*`` and ``send``/``recv`` on the same envs.
-        """
-        if not self.active:
-            return
-        ready_ids = {g for r in self.ready for g in r.ids}
-        pending = (self.in_flight | ready_ids) & set(range(envs.start, envs.stop))
-        held = self.received & set(range(envs.start, envs.stop))
-        if pending or (held and op != "reset"):
-            ids = sorted(pending | (held if op != "reset" else set()))
-            raise RuntimeError(
-                f"envs {ids} are driven by send/recv (decoupled mode); "
-                f"{'recv their results' if pending else 'send their actions'} before `{op}`, "
-                "or reset them once they are received"
-            )
-        if op == "reset":
-            self.received -= held
-            for g in held:
-                self.restarted.pop(g, None)
-            self.active = bool(self.in_flight or self.received or self.ready)
-
-    def check_can_reset(self) -> None:
-        """Refuse an ``async_reset`` while stage calls or decoupled commands are in flight.
-
-        Raises:
-            RuntimeError: A stage has a call in flight, or envs are in flight from ``send``.
-        """
-        stages = self.env.stages
-        if any(s.busy for s in stages):
-            busy = [s.index for s in stages if s.busy]
-            raise RuntimeError(
-                f"async_reset: stages {busy} have calls in flight; wait for them first"
-            )
-        if self.in_flight or self.ready:
-            raise RuntimeError(
-                "async_reset: envs are still in flight from send/recv; recv them first"
-            )
 
     def drives(self, w: Any) -> bool:
         """Whether worker ``w`` has decoupled commands in flight."""
@@ -177,7 +130,8 @@ class DecoupledState:
     # ------------------------------------------------------------------ API
 
     def async_reset(self, seeds: list[Any], per_env: list[dict[str, Any] | None]) -> None:
-        """Send a reset of every env (checked arguments, one per env; see `check_can_reset`)."""
+        """Send a reset of every env (checked arguments, one per env; see
+        `decoupled_guards.check_can_reset`)."""
         env = self.env
         for w in self.pool.handles:
             requests = [(g - w.env_indices[0], seeds[g], per_env[g]) for g in w.env_indices]
@@ -322,7 +276,6 @@ class DecoupledState:
             pos += k
         for w, rows in groups:
             self._send(w, Command.STEP, (None, rows), w.env_indices)
-        self._lane_sent_at = time.perf_counter()
         if self._round_trip < HAND_OVER_SECONDS and pool.backend.none_written(self.busy_workers()):
             # quick steps and no answer to take: a worker sharing this core starts now,
             # and the caller finds its answer written when it gets the core back
@@ -346,21 +299,27 @@ class DecoupledState:
         busy = pool.busy(list(self._workers.values()))
         for w in busy:
             head = pool.in_flight(w)[0]
-            if w.slot is None or w.answer is not None or head.env_ids != w.env_indices:
+            if (
+                w.slot is None
+                or w.answer is not None
+                or w.deadline_exceeded  # killed: the general wait reads its crash
+                or head.command != Command.STEP
+                or head.env_ids != w.env_indices
+            ):
                 return None
-            if head.command != Command.STEP:
-                return None
+        # every call enforces step_deadline, answers already there or not (0: a kill)
+        if not busy or pool.enforce_deadlines(busy, None) == 0:
+            return None
         written = ProcessBackend.written(busy, 0)
         while sum(len(w.env_indices) for w in written) < want:
             wait = pool.enforce_deadlines(busy, remaining(deadline))
-            more = (
-                None
-                if wait == 0
-                else ProcessBackend.written([w for w in busy if w not in written], wait)
-            )
+            rest = [w for w in busy if w not in written]
+            more = None if wait == 0 or not rest else ProcessBackend.written(rest, wait)
             if not more:  # a worker ended, an overrun or the timeout: the general path
                 return None
             written.extend(more)
+            # and every answer that came meanwhile: a recv returns all that is ready
+            written.extend(w for w in rest if w not in more and w.answer_waiting())
         return self._lane_take(written)
 
     def _lane_take(self, written: list[Any]) -> Results | None:
@@ -373,22 +332,29 @@ class DecoupledState:
         reads: list[tuple[SlotRead, tuple[int, ...]]] = []
         general = False
         error: BaseException | None = None
-        for w in written:
-            w.receive()
-            answer = w.take()
-            command = pool.finish(w)
-            if pool.idle([w]):
-                self._workers.pop(w.index, None)
-            if not general and type(answer) is Ok and type(answer.payload) is SlotRead:
-                reads.append((answer.payload, command.env_ids))
-                continue
-            if not general:
-                general = True
-                self._file_reads(reads)
-            try:
-                self._take_answer(w, command, answer)
-            except BaseException as exc:  # noqa: BLE001 - raised below, once all are filed
-                error = error or exc
+        try:
+            for w in written:
+                if w.answer is None:  # else `ProcessBackend.written` read it as it came
+                    w.receive()
+                answer = w.take()
+                command = pool.finish(w)
+                self._note_round_trip(command)
+                if pool.idle([w]):
+                    self._workers.pop(w.index, None)
+                if not general and type(answer) is Ok and type(answer.payload) is SlotRead:
+                    reads.append((answer.payload, command.env_ids))
+                    continue
+                if not general:
+                    general = True
+                    self._file_reads(reads)
+                    reads = []
+                try:
+                    self._take_answer(w, command, answer)
+                except BaseException as exc:  # noqa: BLE001 - raised below, once all are filed
+                    error = error or exc
+        except BaseException:  # reading an answer failed: what was read stays ready
+            self._file_reads(reads)
+            raise
         if error is not None:
             raise error
         if general:
@@ -399,14 +365,19 @@ class DecoupledState:
             self._file_reads(reads)
             return self._pop_all()
         self.in_flight.difference_update(ids)
-        if self._lane_sent_at:
-            self._round_trip += 0.25 * (time.perf_counter() - self._lane_sent_at - self._round_trip)
         rewards, terminations, truncations, infos = batch
         index = np.array(ids, dtype=np.int64)
         infos["env_id"] = index
         infos["_env_id"] = all_true(len(ids))
         self.received.update(ids)
         return self.observations.rows(index), rewards, terminations, truncations, infos
+
+    def _note_round_trip(self, command: InFlight) -> None:
+        """Fold the time since ``command`` (a step or reset whose answer was just taken)
+        could start into the running mean behind the hand-over (`HAND_OVER_SECONDS`),
+        weight 1/4 for the newest, each sample at most 1 s."""
+        sample = min(time.monotonic() - command.sent_at, 1.0)
+        self._round_trip += 0.25 * (sample - self._round_trip)
 
     def _file_reads(self, reads: list[tuple[SlotRead, tuple[int, ...]]]) -> None:
         """Queue the results of fast answers ``reads`` (``(read, env ids)``) as ready."""
@@ -446,6 +417,7 @@ class DecoupledState:
             for w, command in done:
                 answer = pool.take(w)
                 assert answer is not None
+                self._note_round_trip(command)
                 try:
                     self._take_answer(w, command, answer)
                 except BaseException as exc:  # noqa: BLE001 - raised below

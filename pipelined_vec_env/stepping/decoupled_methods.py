@@ -14,6 +14,7 @@ import numpy as np
 
 from ..reset_arguments import reset_arguments
 from .decoupled import DecoupledState
+from .decoupled_guards import check_can_reset
 from .stage_stepping import StageStepping
 from .stages import Stage
 
@@ -56,7 +57,7 @@ class DecoupledMethods:
                 an earlier ``send``.
         """
         self._decoupled_check_open()
-        self.decoupled.check_can_reset()
+        check_can_reset(self.decoupled)
         everything = slice(0, self.num_envs)
         seeds, per_env, mask = reset_arguments(seed, options, everything)
         if not mask.all():

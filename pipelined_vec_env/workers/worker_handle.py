@@ -531,6 +531,7 @@ class ProcessBackend:
             if written:  # the slots say these answers are in the pipes: no poll needed
                 for h in written:
                     h.receive()
+                _read_deadline_kills(waiting)
                 return False
         by_fd: dict[int, tuple[WorkerHandle, bool]] = {}
         for h in waiting:
@@ -558,7 +559,8 @@ class ProcessBackend:
         whose next answer is in their pipes: at once where their slots say so, else after
         one wait of at most ``timeout`` seconds, a bounded spin on the slots first where
         the caller may spin (as `receive_ready`), then a wait on their pipes and process
-        sentinels. Nothing is read.
+        sentinels. Nothing is read, except the answers a spin saw come (received, as
+        `receive_ready` receives them: their ``answer`` is set).
 
         Returns:
             The handles with an answer waiting ([]: none within ``timeout``), or None when
@@ -569,8 +571,11 @@ class ProcessBackend:
             return written
         if _may_spin(handles):
             hit, timeout = _spin_for_written(handles, timeout)
-            if hit:
-                return [h for h in handles if h.answer_waiting()]
+            if hit:  # read them now, as `receive_ready` does: the spun wait is timed here
+                written = [h for h in handles if h.answer_waiting()]
+                for h in written:
+                    h.receive()
+                return written
         fds = [h.fd for h in handles]
         ready = poll_fds([*fds, *(h.sentinel for h in handles)], timeout)
         if any(fd not in fds for fd in ready):
@@ -709,9 +714,22 @@ def _warn_failed_close(h: WorkerHandle, frame: bytes) -> None:
         )
 
 
+def _read_deadline_kills(handles: Sequence[WorkerHandle]) -> None:
+    """Receive the answer, or the crash, of those of ``handles`` killed for overrunning
+    ``step_deadline`` whose process has exited: a wait that found other answers written
+    polls no sentinel, and would miss the kill for as long as the others keep answering."""
+    for h in handles:
+        if h.deadline_exceeded and h.answer is None and not h.dead and not _is_alive(h):
+            if _poll_pipe(h):
+                h.receive()
+            else:
+                h.found_dead()
+
+
 def _may_spin(waiting: Sequence[WorkerHandle]) -> bool:
     """Whether the caller's wait for the answers of ``waiting`` spins on their slots first."""
-    return bool(waiting[0].spin) and all(h.may_spin() for h in waiting)  # spin: 0 for all or none
+    # spin is 0 for every handle or for none
+    return bool(waiting) and bool(waiting[0].spin) and all(h.may_spin() for h in waiting)
 
 
 def _spin_for_written(
