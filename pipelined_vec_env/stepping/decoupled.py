@@ -307,8 +307,10 @@ class DecoupledState:
                 or head.env_ids != w.env_indices
             ):
                 return None
+        if not busy:
+            return None
         # every call enforces step_deadline, answers already there or not (0: a kill)
-        if not busy or pool.enforce_deadlines(busy, None) == 0:
+        if pool.step_deadline is not None and pool.enforce_deadlines(busy, None) == 0:
             return None
         written = ProcessBackend.written(busy, 0)
         while sum(len(w.env_indices) for w in written) < want:
