@@ -270,9 +270,10 @@ class SlowEnv(gym.Env):
 def test_slow_steps_stop_the_hand_over_whatever_their_answers(
     make_pipelined, monkeypatch, workers, batch
 ):
-    """Steps of 8 ms stop the hand-over after the first round trips, also where the
-    answers are filed key by key (infos of two cell kinds) and where many workers are in
-    flight and each ``recv`` takes one (the answer's own send counts, not the latest)."""
+    """Steps of 8 ms stop the hand-over once their round trips come in (the resets' quick
+    answers may allow it for the first sends), also where the answers are filed key by
+    key (infos of two cell kinds) and where many workers are in flight and each ``recv``
+    takes one (the answer's own send counts, not the latest)."""
     from pipelined_vec_env.stepping import decoupled
 
     handed = 0
@@ -284,12 +285,12 @@ def test_slow_steps_stop_the_hand_over_whatever_their_answers(
     monkeypatch.setattr(decoupled, "hand_over_core", counted)
     envs = make_pipelined([partial(SlowEnv, 0.008)] * workers, envs_per_worker=1)
     envs.async_reset(seed=0)
-    sends = 0
-    for _ in range(30):
+    for sends in range(1, 41):
         ids = envs.recv(batch_size=batch, timeout=30)[-1]["env_id"]
         envs.send(np.zeros(len(ids), dtype=np.float32), np.sort(ids))
-        sends += 1
-    assert handed <= 3, f"{handed} of {sends} sends handed the core over"
+        if sends == 10:  # the resets' quick answers are behind: steps' round trips now
+            handed = 0
+    assert handed <= 1, f"{handed} of the last 30 sends handed the core over"
 
 
 def test_send_keeps_actions_when_the_caller_reuses_its_array(make_pipelined):
