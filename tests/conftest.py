@@ -55,6 +55,31 @@ def make_pipelined() -> Iterator[Callable[..., PipelinedVectorEnv]]:
         env.close(terminate=True)
 
 
+@dataclass
+class JoinCount:
+    """How many ``recv`` calls the slots' lane served by joining results from the slots."""
+
+    joined: int = 0
+
+
+@pytest.fixture
+def lane_joins(monkeypatch: pytest.MonkeyPatch) -> JoinCount:
+    """Count the joins of decoupled stepping's slot lane (`slots.read_step` calls that
+    joined a ``recv``'s results) for the test's duration."""
+    from pipelined_vec_env.stepping import decoupled
+
+    count = JoinCount()
+    read_step = decoupled.read_step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = read_step(*args, **kwargs)
+        count.joined += result is not None
+        return result
+
+    monkeypatch.setattr(decoupled, "read_step", counted)
+    return count
+
+
 def assert_tree_equal(a: Any, b: Any, path: str = "") -> None:
     """Exact equality of nested dicts/tuples/arrays (dtype included), with a readable path."""
     if isinstance(a, dict):

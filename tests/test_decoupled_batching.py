@@ -146,24 +146,12 @@ def _advance(steps: dict[int, int], last: dict[int, float], ids: list[int], acti
 @pytest.mark.parametrize("extra_every", [0, 5])
 @pytest.mark.parametrize("floats_only", [True, False])
 def test_whole_worker_recv_equals_the_env_by_env_batch(
-    make_pipelined, monkeypatch, floats_only, extra_every
+    make_pipelined, lane_joins, floats_only, extra_every
 ):
     """Sends of whole workers, each worker's envs in order, go through the slot lane
     (results joined straight from the slots); what ``recv`` returns is still the batch
     built env by env, also when the infos leave the worker's layout (pickled beside the
     slot's results) or mix cell kinds (merged key by key)."""
-    from pipelined_vec_env.stepping import decoupled
-
-    joined_from_slots = 0
-    read_step = decoupled.read_step
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal joined_from_slots
-        result = read_step(*args, **kwargs)
-        joined_from_slots += result is not None
-        return result
-
-    monkeypatch.setattr(decoupled, "read_step", counted)
     n = 6
     envs = make_pipelined(
         [partial(InfoEnv, i, floats_only, extra_every=extra_every) for i in range(n)],
@@ -183,9 +171,9 @@ def test_whole_worker_recv_equals_the_env_by_env_batch(
         envs.send(actions, ids[order])
         _advance(steps, last, ids[order].tolist(), actions)
     if floats_only and not extra_every:
-        assert joined_from_slots > 30  # the lane served most calls
+        assert lane_joins.joined > 30  # the lane served most calls
     elif not floats_only:
-        assert joined_from_slots == 0  # mixed cells: joined key by key
+        assert lane_joins.joined == 0  # mixed cells: joined key by key
 
 
 @pytest.mark.parametrize("max_restarts", [0, 1])

@@ -367,7 +367,9 @@ def test_step_deadline_kills_a_spinning_wait(make_pipelined):
         envs.step(np.array([FaultyEnv.SLEEP]))
 
 
-def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(make_pipelined, monkeypatch):
+def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(
+    make_pipelined, monkeypatch, lane_joins
+):
     """EnvPool-style ``send``/``recv`` of a whole worker (its slot's lane) with the
     caller's waits spinning (on the slot, before the wait on the pipe): every env's count
     is right, the lane joins the results, and a worker killed mid-step is reported by
@@ -377,16 +379,6 @@ def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(make_pipelined, m
     from pipelined_vec_env.stepping import decoupled
 
     monkeypatch.setattr(decoupled, "HAND_OVER_SECONDS", 0.0)
-    joined = 0
-    read_step = decoupled.read_step
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal joined
-        result = read_step(*args, **kwargs)
-        joined += result is not None
-        return result
-
-    monkeypatch.setattr(decoupled, "read_step", counted)
     envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=2)
     (worker,) = workers(envs)
     spin_as_on_a_quiet_machine(worker)
@@ -400,7 +392,7 @@ def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(make_pipelined, m
         assert obs[:, 0].tolist() == [count, count]
         if count == 0:  # the reset's answer comes the general way
             spins_at_reset = worker.wire.spins
-    assert joined == 49  # every step's results joined by the lane
+    assert lane_joins.joined == 49  # every step's results joined by the lane
     assert worker.wire.spins > spins_at_reset  # the steps' waits spun (and missed: 2 ms)
     envs.send(np.array([FaultyEnv.NORMAL, FaultyEnv.SIGKILL]), [0, 1])
     with pytest.raises(WorkerCrashedError):
