@@ -41,9 +41,9 @@ Results = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 logger = logging.getLogger(__name__)
 
-#: The longest mean time (seconds) from a slot lane ``send`` to the ``recv`` that takes
-#: its answers under which the ``send`` hands the caller's core to the workers
-#: (`spinning.hand_over_core`). The caller then waits behind a worker on its core, up to
+#: The longest running mean of the decoupled steps' round trips (seconds, from when a
+#: step's worker could start it to the ``recv`` that takes its answer) under which a slot
+#: lane ``send`` hands the caller's core to the workers (`spinning.hand_over_core`). The caller then waits behind a worker on its core, up to
 #: about one scheduler slice (a millisecond or so on Linux), so only where steps are that
 #: quick: HalfCheetah's 4-env steps (~0.2 ms), not LIBERO's (tens of ms).
 HAND_OVER_SECONDS = 1e-3
