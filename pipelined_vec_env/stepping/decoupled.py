@@ -28,11 +28,11 @@ from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
 from ..workers.protocol import Answer, Command, Crashed, Ok
-from ..workers.slots import SlotRead, read_step
-from ..workers.spinning import hand_over_core
+from ..workers.slots import SlotRead, all_true, read_step
+from ..workers.spinning import SpinGate, hand_over_core
 from ..workers.waiting import deadline_after, remaining
 from ..workers.worker_handle import ProcessBackend
-from .ready_results import ReadyResults, all_true, joined, joined_infos, rows_of
+from .ready_results import ReadyResults, joined, joined_infos, rows_of
 
 __all__ = ["DecoupledState"]
 
@@ -43,9 +43,10 @@ logger = logging.getLogger(__name__)
 
 #: The longest running mean of the decoupled steps' round trips (seconds, from when a
 #: step's worker could start it to the ``recv`` that takes its answer) under which a slot
-#: lane ``send`` hands the caller's core to the workers (`spinning.hand_over_core`). The caller then waits behind a worker on its core, up to
-#: about one scheduler slice (a millisecond or so on Linux), so only where steps are that
-#: quick: HalfCheetah's 4-env steps (~0.2 ms), not LIBERO's (tens of ms).
+#: lane ``send`` hands the caller's core to the workers (`spinning.hand_over_core`). The
+#: caller then waits behind a worker on its core, up to about one scheduler slice (a
+#: millisecond or so on Linux), so only where steps are that quick: HalfCheetah's 4-env
+#: steps (~0.2 ms), not LIBERO's (tens of ms).
 HAND_OVER_SECONDS = 1e-3
 
 
@@ -93,9 +94,9 @@ class DecoupledState:
         self._owner: list[Any] = []
         # whether the slot lane may serve recv/send (`_lane_recv`): subprocess workers
         self._lane = isinstance(pool.backend, ProcessBackend)
-        # running mean of the times from a step's send (from when its worker could start
-        # it) to the recv that took its answer (`HAND_OVER_SECONDS`)
-        self._round_trip = 0.0
+        # the steps' round trips, from when a worker could start each to the recv that
+        # took its answer: their running mean (`SpinGate.mean`) gates the hand-over
+        self._round_trips = SpinGate(HAND_OVER_SECONDS)
 
     def drives(self, w: Any) -> bool:
         """Whether worker ``w`` has decoupled commands in flight."""
@@ -276,7 +277,9 @@ class DecoupledState:
             pos += k
         for w, rows in groups:
             self._send(w, Command.STEP, (None, rows), w.env_indices)
-        if self._round_trip < HAND_OVER_SECONDS and pool.backend.none_written(self.busy_workers()):
+        if self._round_trips.mean < HAND_OVER_SECONDS and pool.backend.none_written(
+            self.busy_workers()
+        ):
             # quick steps and no answer to take: a worker sharing this core starts now,
             # and the caller finds its answer written when it gets the core back
             hand_over_core()
@@ -297,6 +300,8 @@ class DecoupledState:
         if not self.observations.shared:
             return None
         busy = pool.busy(list(self._workers.values()))
+        if not busy:
+            return None
         for w in busy:
             head = pool.in_flight(w)[0]
             if (
@@ -307,8 +312,6 @@ class DecoupledState:
                 or head.env_ids != w.env_indices
             ):
                 return None
-        if not busy:
-            return None
         # every call enforces step_deadline, answers already there or not (0: a kill)
         if pool.step_deadline is not None and pool.enforce_deadlines(busy, None) == 0:
             return None
@@ -370,16 +373,14 @@ class DecoupledState:
         rewards, terminations, truncations, infos = batch
         index = np.array(ids, dtype=np.int64)
         infos["env_id"] = index
-        infos["_env_id"] = all_true(len(ids))
+        infos["_env_id"] = all_true((len(ids),))
         self.received.update(ids)
         return self.observations.rows(index), rewards, terminations, truncations, infos
 
     def _note_round_trip(self, command: InFlight) -> None:
-        """Fold the time since ``command`` (a step or reset whose answer was just taken)
-        could start into the running mean behind the hand-over (`HAND_OVER_SECONDS`),
-        weight 1/4 for the newest, each sample at most 1 s."""
-        sample = min(time.monotonic() - command.sent_at, 1.0)
-        self._round_trip += 0.25 * (sample - self._round_trip)
+        """Record the round trip of ``command`` (a step or reset whose answer was just
+        taken), from when its worker could start it (`HAND_OVER_SECONDS`)."""
+        self._round_trips.record(time.monotonic() - command.sent_at)
 
     def _file_reads(self, reads: list[tuple[SlotRead, tuple[int, ...]]]) -> None:
         """Queue the results of fast answers ``reads`` (``(read, env ids)``) as ready."""
@@ -542,7 +543,7 @@ class DecoupledState:
         truncations = joined([c.truncations for c in chunks], np.bool_)
         infos = joined_infos(chunks, n)
         infos["env_id"] = ids
-        infos["_env_id"] = all_true(n)
+        infos["_env_id"] = all_true((n,))
         self.received.update(ids.tolist())
         return obs, rewards, terminations, truncations, infos
 

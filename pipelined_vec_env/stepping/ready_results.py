@@ -16,7 +16,7 @@ from ..batching import batch_slice
 from ..infos import merge_info
 from ..workers.slots import ColumnInfos, join_column_infos
 
-__all__ = ["ReadyResults", "all_true", "joined", "joined_infos", "rows_of"]
+__all__ = ["ReadyResults", "joined", "joined_infos", "rows_of"]
 
 
 class ReadyResults:
@@ -45,17 +45,6 @@ class ReadyResults:
     ) -> None:
         self.ids, self.items, self.infos = ids, items, infos
         self.rewards, self.terminations, self.truncations = rewards, terminations, truncations
-
-
-_ALL_TRUE: dict[int, np.ndarray] = {}
-
-
-def all_true(n: int) -> np.ndarray:
-    """A fresh all-True bool array of ``n`` (a copy of a kept one: ``np.ones`` costs more)."""
-    template = _ALL_TRUE.get(n)
-    if template is None:
-        template = _ALL_TRUE[n] = np.ones(n, dtype=np.bool_)
-    return template.copy()
 
 
 def joined_infos(chunks: list[ReadyResults], n: int) -> dict[str, Any]:

@@ -60,6 +60,7 @@ __all__ = [
     "InfoLayout",
     "SlotRead",
     "StepSlot",
+    "all_true",
     "join_column_infos",
     "read_step",
     "recv_frame",
@@ -364,15 +365,15 @@ def _batched(layout: InfoLayout, values: np.ndarray, masks: np.ndarray) -> dict[
     return dict(zip(layout.batch_keys, _interleave(rows, list(masks)), strict=True))
 
 
-_ALL_SET: dict[tuple[int, int], np.ndarray] = {}
+_ALL_TRUE: dict[tuple[int, ...], np.ndarray] = {}
 
 
-def _all_set(shape: tuple[int, int]) -> np.ndarray:
+def all_true(shape: tuple[int, ...]) -> np.ndarray:
     """A fresh all-True bool array of ``shape`` (a copy of a kept one: ``np.ones`` costs
     more)."""
-    template = _ALL_SET.get(shape)
+    template = _ALL_TRUE.get(shape)
     if template is None:
-        template = _ALL_SET[shape] = np.ones(shape, dtype=np.bool_)
+        template = _ALL_TRUE[shape] = np.ones(shape, dtype=np.bool_)
     return template.copy()
 
 
@@ -450,7 +451,7 @@ def read_step(
                 return None
         k = len(layout.keys)
         values = np.concatenate([s.cells[:k] for s in slots], axis=1).view(layout.cell_dtype)
-        infos = _batched(layout, values, _all_set((k, num_envs)))
+        infos = _batched(layout, values, all_true((k, num_envs)))
     else:
         return None
     rewards = np.concatenate([s.rewards for s in slots])
@@ -477,7 +478,7 @@ def join_column_infos(parts: Sequence[ColumnInfos]) -> dict[str, Any] | None:
             return None
     values = parts[0].block if len(parts) == 1 else np.concatenate([p.block for p in parts], 1)
     n = values.shape[1]
-    return _batched(layout, values, _all_set((len(layout.keys), n)))
+    return _batched(layout, values, all_true((len(layout.keys), n)))
 
 
 def _add_one(infos: dict[str, Any], key: str, value: Any, i: int, num_envs: int) -> dict[str, Any]:

@@ -520,11 +520,8 @@ class ProcessBackend:
         if not waiting and wake_fd is None:
             return False
         if waiting and wake_fd is None and timeout != 0 and _may_spin(waiting):
-            hit, timeout = _spin_for_written(waiting, timeout)
-            if hit:
-                for h in waiting:
-                    if h.answer_waiting():  # written: this read does not block
-                        h.receive()
+            received, timeout = _spin_and_receive(waiting, timeout)
+            if received:
                 return False
         if wake_fd is None:
             written = [h for h in waiting if h.answer_waiting()]
@@ -570,12 +567,9 @@ class ProcessBackend:
         if written or timeout == 0:
             return written
         if _may_spin(handles):
-            hit, timeout = _spin_for_written(handles, timeout)
-            if hit:  # read them now, as `receive_ready` does: the spun wait is timed here
-                written = [h for h in handles if h.answer_waiting()]
-                for h in written:
-                    h.receive()
-                return written
+            received, timeout = _spin_and_receive(handles, timeout)
+            if received:  # read as they came, as `receive_ready` reads them
+                return received
         fds = [h.fd for h in handles]
         ready = poll_fds([*fds, *(h.sentinel for h in handles)], timeout)
         if any(fd not in fds for fd in ready):
@@ -732,15 +726,18 @@ def _may_spin(waiting: Sequence[WorkerHandle]) -> bool:
     return bool(waiting) and bool(waiting[0].spin) and all(h.may_spin() for h in waiting)
 
 
-def _spin_for_written(
+def _spin_and_receive(
     waiting: Sequence[WorkerHandle], timeout: float | None
-) -> tuple[bool, float | None]:
+) -> tuple[list[WorkerHandle], float | None]:
     """Spin on the slots of ``waiting`` until one has written an answer, at most
-    `SPIN_SECONDS` and ``timeout`` (docs/wire_format.md, "What spins when"); counted in
-    each handle's ``wire.spins`` and, for the answers it saw, ``wire.spin_hits``.
+    `SPIN_SECONDS` and ``timeout`` (docs/wire_format.md, "What spins when"), and receive
+    every answer written by then (those reads do not block; the spun wait is timed as
+    it ends); counted in each handle's ``wire.spins`` and, for the answers it saw,
+    ``wire.spin_hits``.
 
     Returns:
-        Whether an answer came, and the timeout left (None stays None).
+        The handles whose answer was received ([]: none came), and the timeout left
+        (None stays None).
     """
     started = time.perf_counter()
     budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
@@ -752,13 +749,14 @@ def _spin_for_written(
         budget,
         alive=lambda: all(h.process.is_alive() for h in waiting),
     ):
-        for h in waiting:
-            if h.answer_waiting():
-                h.wire.spin_hits += 1
-        return True, timeout
+        received = [h for h in waiting if h.answer_waiting()]
+        for h in received:
+            h.wire.spin_hits += 1
+            h.receive()
+        return received, timeout
     if timeout is not None:
         timeout = max(0.0, timeout - (time.perf_counter() - started))
-    return False, timeout
+    return [], timeout
 
 
 def _any_written(handles: Sequence[WorkerHandle]) -> bool:
