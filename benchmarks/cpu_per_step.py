@@ -21,13 +21,17 @@ in a fresh subprocess whose ``PYTHONPATH`` starts with that tree (a directory ho
 /tmp/base``), and the medians over ``--rounds`` are printed side by side: the before /
 after figures of a change to the core, under the same load. Without ``--trees`` the
 installed (or ``PYTHONPATH``'s) package is measured in this process. ``--profile`` adds
-a cProfile of the parent for one case (``--profile-case``), sorted by self time.
+a cProfile of the parent for one case (``--profile-case``), sorted by self time;
+``--summary`` runs every case once more with the package's own profiler on and prints
+where the wall time went (the caller's work and its waits by name, the workers' steps,
+transport).
 
 Run::
 
     python benchmarks/cpu_per_step.py                       # the package on the path
     python benchmarks/cpu_per_step.py --trees /tmp/base .   # before / after, side by side
     python benchmarks/cpu_per_step.py --profile --profile-case null-1x4-step
+    python benchmarks/cpu_per_step.py --cases cheetah-1x4-step cheetah-1x4-sendrecv --summary
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from gymnasium import spaces
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
 from _machine import workers_cpu_seconds  # noqa: E402
 
-__all__ = ["Args", "NullInfoEnv", "main", "measure"]
+__all__ = ["Args", "NullInfoEnv", "main", "measure", "profile_shares"]
 
 if __name__ != "__main__":  # loaded by path (tests): ship the env class by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -85,6 +89,11 @@ class Args:
     """Also print a cProfile of the parent (self time) for ``profile_case``."""
     profile_case: str = "null-1x4-step"
     """The case profiled with ``--profile``."""
+    summary: bool = False
+    """Also run every case once more with the package's profiler on (``profile=True``,
+    the package importable here) and print where its wall time went: the caller's own
+    share, its waits by name, the workers' stepping share and median step, transport's
+    share of the workers' commands, and the profiler's bottleneck sentence."""
     output: Path | None = None
     """Also write the results here as JSON."""
 
@@ -120,15 +129,22 @@ def _parse_case(case: str) -> tuple[str, int, int, str]:
 
 
 def measure(
-    case: str, steps: int, warmup: int = 50, num_envs: int = 8, profile: bool = False
+    case: str,
+    steps: int,
+    warmup: int = 50,
+    num_envs: int = 8,
+    profile: bool = False,
+    summary: bool = False,
 ) -> dict[str, Any]:
-    """Time ``steps`` vector steps of ``case`` in this process.
+    """Time ``steps`` vector steps of ``case`` in this process (``profile``: under
+    cProfile, whose table is printed; ``summary``: with the package's profiler on).
 
     Returns:
         ``parent_us`` and ``workers_us`` (CPU per env step), ``wall_us`` (wall time per
         env step), ``envs_per_call`` (env steps per ``step``, stage wait or ``recv``),
         ``load`` (1-minute load average at the end) and ``package`` (the directory of the
-        ``pipelined_vec_env`` measured).
+        ``pipelined_vec_env`` measured); with ``summary`` also ``profile``
+        (`profile_shares`).
     """
     import pipelined_vec_env
     from pipelined_vec_env import PipelinedVectorEnv
@@ -141,7 +157,9 @@ def measure(
         def fn() -> gym.Env:
             return gym.make("HalfCheetah-v5")
 
-    envs = PipelinedVectorEnv([fn] * num_envs, num_stages=stages, envs_per_worker=per_worker)
+    envs = PipelinedVectorEnv(
+        [fn] * num_envs, num_stages=stages, envs_per_worker=per_worker, profile=summary
+    )
     try:
         envs.reset(seed=0)
         space = envs.single_action_space
@@ -183,6 +201,8 @@ def measure(
         if loop == "sendrecv":
             envs.async_reset(seed=0)
         run(warmup)
+        if summary:
+            envs.profiler.clear()  # the timed steps only
         # `workers`; `_handles` in older checkouts (--trees runs older ones)
         handles = getattr(envs, "workers", None) or envs._handles
         pids = [h.pid for h in handles]
@@ -195,17 +215,46 @@ def measure(
             profiler.disable()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         workers = workers_cpu_seconds(pids) - workers
+        shares = profile_shares(envs.profiler) if summary else None
     finally:
         envs.close()
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
-    return {
+    result = {
         "parent_us": cpu / n * 1e6,
         "workers_us": workers / n * 1e6,
         "wall_us": wall / n * 1e6,
         "envs_per_call": n / calls,
         "load": os.getloadavg()[0],
         "package": str(Path(pipelined_vec_env.__file__).resolve().parent),
+    }
+    if shares is not None:
+        result["profile"] = shares
+    return result
+
+
+def profile_shares(profiler: Any) -> dict[str, Any]:
+    """Where the wall time of a profiled run went, from its `Profiler`'s summary and
+    records: ``caller_busy`` (share of wall time outside the caller's recorded waits),
+    ``caller_waits`` (share per wait name: ``recv``, ``hand-over``, a stage's wait ...),
+    ``workers_stepping`` (mean over workers of the share spent in their commands),
+    ``step_p50_us`` (median worker step), ``transport`` (the summary's
+    ``transport_fraction``: transport's share of transport plus worker time) and
+    ``bottleneck_reason``."""
+    summary = profiler.summary()
+    wall_ns = max(summary["wall_s"] * 1e9, 1.0)
+    waits: dict[str, float] = {}
+    for name, _stage, t0, t1 in profiler.records()["waits"]:
+        waits[name] = waits.get(name, 0.0) + (t1 - t0) / wall_ns
+    workers = summary["workers"].values()
+    steps = [w["step_p50_s"] for w in workers if w["step_p50_s"] is not None]
+    return {
+        "caller_busy": summary["caller_busy_fraction"],
+        "caller_waits": dict(sorted(waits.items())),
+        "workers_stepping": statistics.mean(w["busy_fraction"] for w in workers),
+        "step_p50_us": statistics.median(steps) * 1e6 if steps else None,
+        "transport": summary["transport_fraction"],
+        "bottleneck_reason": summary["bottleneck_reason"],
     }
 
 
@@ -275,10 +324,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 f" {med['envs_per_call']:.1f} envs a call)"
             )
         print(line)
+    profiles: dict[str, Any] = {}
+    if args.summary:
+        for case in args.cases:
+            steps = args.steps if case.startswith("null") else max(1, args.steps // 2)
+            shares = measure(case, steps, args.warmup, args.num_envs, summary=True)["profile"]
+            profiles[case] = shares
+            waits = ", ".join(f"{k} {v:.0%}" for k, v in shares["caller_waits"].items())
+            print(
+                f"{case} profiled: caller busy {shares['caller_busy']:.0%} (waits: {waits});"
+                f" workers stepping {shares['workers_stepping']:.0%}, median step"
+                f" {shares['step_p50_us']:.0f} us; transport {shares['transport']:.0%}"
+            )
     if args.profile:
         print(f"cProfile of the parent, {args.profile_case}:")
         measure(args.profile_case, args.steps, args.warmup, args.num_envs, profile=True)
     output = {"load_start": load_start, "load_end": load_end, "cases": summary}
+    if profiles:
+        output["profiles"] = profiles
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(output, indent=1) + "\n")

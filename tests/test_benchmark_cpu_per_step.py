@@ -60,3 +60,27 @@ def test_cpu_per_step_rejects_bad_case() -> None:
     script = _load_script()
     with pytest.raises(ValueError, match="case"):
         script.main(["--cases", "null-1x4-walk"])
+
+
+@pytest.mark.timeout(180)
+def test_cpu_per_step_summary_names_the_callers_waits(tmp_path: Path) -> None:
+    script = _load_script()
+    output = tmp_path / "cpu.json"
+    result = script.main(
+        [
+            "--cases", "null-1x1-sendrecv", "null-1x2-step",
+            "--summary", "--rounds", "1", "--steps", "40", "--warmup", "2",
+            "--num-envs", "2", "--output", str(output),
+        ]
+    )  # fmt: skip
+    written = json.loads(output.read_text())
+    assert written["profiles"] == result["profiles"]
+    recv = result["profiles"]["null-1x1-sendrecv"]
+    assert "recv" in recv["caller_waits"]  # the lane's recv records its wait too
+    step = result["profiles"]["null-1x2-step"]
+    assert "recv" not in step["caller_waits"] and step["caller_waits"]
+    for shares in result["profiles"].values():
+        assert 0 <= shares["caller_busy"] <= 1
+        assert 0 < shares["workers_stepping"] <= 1
+        assert 0 <= sum(shares["caller_waits"].values()) <= 1 + 1e-6
+        assert shares["step_p50_us"] > 0 and shares["bottleneck_reason"]

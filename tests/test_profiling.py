@@ -14,8 +14,9 @@ import pytest
 from gymnasium import spaces
 
 import pipelined_vec_env
-from pipelined_vec_env.debug_envs import CountingEnv, FaultyEnv
+from pipelined_vec_env.debug_envs import CountingEnv, EchoEnv, FaultyEnv
 from pipelined_vec_env.profiling.profiler import BOTTLENECKS, ProfilingDisabledError
+from pipelined_vec_env.workers.protocol import Command
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -236,6 +237,31 @@ def test_decoupled_mode_records_commands_and_recv_waits(make_pipelined):
     assert summary["caller_wait_s"] > 0
     trace = envs.profiler.chrome_trace()
     assert any(e["ph"] == "X" and e["name"].startswith("recv") for e in trace["traceEvents"])
+
+
+def test_profiled_send_recv_of_whole_workers_takes_the_slots_lane(make_pipelined, lane_joins):
+    # a profile of send/recv shows the loop that runs unprofiled: whole workers' steps go
+    # through the slots' lane, each with the worker's own start and finish times
+    envs = make_pipelined(
+        [partial(EchoEnv, i, 0.0) for i in range(4)], envs_per_worker=2, profile=True
+    )
+    envs.async_reset(seed=0)
+    for t in range(20):
+        observations, *_, infos = envs.recv(batch_size=2)
+        ids = infos["env_id"]
+        assert (observations[:, 0] == ids).all()  # each row is its env's
+        envs.send(np.full(len(ids), t, dtype=np.int64), ids)
+    envs.recv(batch_size=4)
+    assert lane_joins.joined >= 15  # the first recv takes the resets the general way
+    records = envs.profiler.records()
+    steps = [r for r in records["commands"] if r[1] == Command.STEP]
+    assert len(steps) >= 20  # one per worker sent
+    for _, _, sent, started, finished, received, kind in steps:
+        assert kind == "ok"
+        assert started is not None and finished is not None
+        assert sent <= received and started <= finished
+    waits = [w for w in records["waits"] if w[0] == "recv"]
+    assert len(waits) == 21 and all(t0 <= t1 for _, _, t0, t1 in waits)
 
 
 def test_restarts_and_deadline_kills_are_instant_events(make_pipelined):
