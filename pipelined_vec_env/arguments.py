@@ -211,7 +211,8 @@ def usable_cores() -> int:
 
 
 def default_envs_per_worker(num_envs: int, num_stages: int, cores: int | None = None) -> int:
-    """The envs per worker used when `envs_per_worker` is not given: one worker per core per stage.
+    """The envs per worker used when `envs_per_worker` is not given: the usable cores
+    shared among the stages, about one worker per core in all.
 
     Each stage gets `min(stage_size, max(1, cores // num_stages))` workers, so all stages
     together start about one process per usable core (at least one per stage), and each
