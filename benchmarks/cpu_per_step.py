@@ -285,6 +285,11 @@ def _in_subprocess(tree: Path, case: str, steps: int, args: Args) -> dict[str, A
     raise RuntimeError(f"{case} with {tree} failed:\n{out.stderr[-2000:]}")
 
 
+def _steps(case: str, args: Args) -> int:
+    """Vector steps timed for ``case``: ``args.steps``, half as many for HalfCheetah."""
+    return args.steps if case.startswith("null") else max(1, args.steps // 2)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the cases (per tree, alternating), print the medians side by side."""
     args = tyro.cli(Args, args=argv)
@@ -295,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     load_start = os.getloadavg()
     for _ in range(args.rounds):
         for case in args.cases:
-            steps = args.steps if case.startswith("null") else max(1, args.steps // 2)
+            steps = _steps(case, args)
             for label, tree in zip(labels, args.trees or [None], strict=True):
                 result = (
                     measure(case, steps, args.warmup, args.num_envs)
@@ -327,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     profiles: dict[str, Any] = {}
     if args.summary:
         for case in args.cases:
-            steps = args.steps if case.startswith("null") else max(1, args.steps // 2)
+            steps = _steps(case, args)
             shares = measure(case, steps, args.warmup, args.num_envs, summary=True)["profile"]
             profiles[case] = shares
             waits = ", ".join(f"{k} {v:.0%}" for k, v in shares["caller_waits"].items())

@@ -282,10 +282,7 @@ class DecoupledState:
         ):
             # quick steps and no answer to take: a worker sharing this core starts now,
             # and the caller finds its answer written when it gets the core back
-            t0 = time.monotonic_ns()
-            hand_over_core()
-            if self.env.profiler.enabled:  # the caller gave its core away: a wait
-                self.env.profiler.caller_waited("hand-over", t0)
+            hand_over_core(pool.profiler)
         return True
 
     def _lane_recv(self, want: int, deadline: float | None) -> Results | None:
@@ -302,7 +299,8 @@ class DecoupledState:
         pool = self.pool
         if not self.observations.shared:
             return None
-        t0 = time.monotonic_ns()
+        profiler = pool.profiler  # None when profiling is off
+        t0 = time.monotonic_ns() if profiler is not None else 0
         busy = pool.busy(list(self._workers.values()))
         if not busy:
             return None
@@ -329,8 +327,8 @@ class DecoupledState:
             written.extend(more)
             # and every answer that came meanwhile: a recv returns all that is ready
             written.extend(w for w in rest if w not in more and w.answer_waiting())
-        if self.env.profiler.enabled:  # the wait for the answers, not their join
-            self.env.profiler.caller_waited("recv", t0)
+        if profiler is not None:  # the wait for the answers, not their join
+            profiler.caller_waited("recv", t0)
         return self._lane_take(written)
 
     def _lane_take(self, written: list[Any]) -> Results | None:

@@ -14,7 +14,6 @@ failure raised with the healthy envs' ``partial_results``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -223,10 +222,7 @@ class StageStepping:
         if whole and self.pool.workers_spin:
             # one of them may share this core: let it start now (only for a whole-env
             # step: after a stage's step_async the caller has other stages to serve)
-            t0 = time.monotonic_ns()
-            hand_over_core()
-            if self.pool.profiler is not None:  # the caller gave its core away: a wait
-                self.pool.profiler.caller_waited("hand-over", t0)
+            hand_over_core(self.pool.profiler)
 
     def collect_step(
         self,

@@ -400,7 +400,6 @@ class WorkerPool:
         else:
             woken = self.backend.receive_ready(busy, self.enforce_deadlines(busy, timeout), wake_fd)
         done = []
-        now = time.monotonic()
         for w in busy:
             if w.answer is None and w.dead and not w.pending:
                 answer: Answer = Crashed(w.exitcode)  # a command sent after its death
@@ -412,10 +411,7 @@ class WorkerPool:
             if answers is None:
                 answers = self._answers[w.index] = deque()
             answers.append(answer)
-            queue = self._queues[w.index]
-            done.append((w, queue.popleft()))
-            if queue and queue[0].sent_at < now:  # the next queued command runs from now
-                queue[0].sent_at = now
+            done.append((w, self.finish(w)))
         return done, woken
 
     def busy(self, workers: Sequence[Any]) -> list[Any]:

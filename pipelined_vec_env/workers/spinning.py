@@ -185,8 +185,10 @@ def usable_cores() -> int:
     return os.cpu_count() or 1  # pragma: no cover - platforms without affinity
 
 
-def hand_over_core() -> None:
-    """Let a task waiting for this core run now (``sched_yield``; nothing where missing).
+def hand_over_core(profiler: Any = None) -> None:
+    """Let a task waiting for this core run now (``sched_yield``; nothing where missing);
+    with a ``profiler`` (the vector env's, when profiling is on), record the time until
+    the caller had its core back as a caller wait named ``hand-over``.
 
     Called by the caller right after it sent a whole-env step to workers that spin for
     it: a spinning worker that shares the caller's core would otherwise start its step
@@ -200,8 +202,11 @@ def hand_over_core() -> None:
     4 interleaved runs on a noisy machine). After an EnvPool-style ``send`` of whole
     workers only while their steps are quick (`stepping.decoupled.HAND_OVER_SECONDS`).
     """
+    t0 = time.monotonic_ns() if profiler is not None else 0
     if hasattr(os, "sched_yield"):
         os.sched_yield()
+    if profiler is not None:  # the caller gave its core away: a wait
+        profiler.caller_waited("hand-over", t0)
 
 
 def spin_until(

@@ -365,6 +365,12 @@ class WorkerHandle:
         slot.write_request(local_indices, actions)
         return count
 
+    def note_spin(self) -> None:
+        """Count a spin of the caller's wait for this worker's next answer
+        (``wire.spins``); that answer's wait then feeds the spin's latency estimate."""
+        self.wire.spins += 1
+        self._spun = True
+
     def may_spin(self) -> bool:
         """Whether a wait for this worker's next answer may spin on the slot: spinning is
         on, its recent answers came within the spin's budget, and nothing else keeps
@@ -742,8 +748,7 @@ def _spin_and_receive(
     started = time.perf_counter()
     budget = SPIN_SECONDS if timeout is None else min(SPIN_SECONDS, timeout)
     for h in waiting:
-        h.wire.spins += 1
-        h._spun = True
+        h.note_spin()
     if spin_until(
         partial(_any_written, waiting),
         budget,
