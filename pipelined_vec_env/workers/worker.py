@@ -58,6 +58,7 @@ from .slots import (
     send_short,
 )
 from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until
+from .step_profile import StepProfile
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -304,6 +305,8 @@ class _WorkerEnvs:
         self.obs_view: np.ndarray | None = None
         self.action_space = envs[0].action_space
         self.action_batch_space = batch_space(self.action_space, len(envs))
+        # serial or concurrent stepping (ValueError: an unknown metadata value)
+        self.profile = StepProfile(envs, env_indices)
 
     def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
         """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
@@ -365,46 +368,45 @@ class _WorkerEnvs:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
         local_indices, actions = payload
-        envs, autoreset = self.envs, self.autoreset
-        targets = range(len(envs)) if local_indices is None else local_indices
+        targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
-        rewards = np.zeros(n, dtype=np.float64)
-        terminations = np.zeros(n, dtype=np.bool_)
-        truncations = np.zeros(n, dtype=np.bool_)
+        pairs = list(zip(targets, self._actions(actions, n), strict=True))
+        stepped = self.profile.run(self._step_one, pairs)
+        rewards = np.array([s[1] for s in stepped], dtype=np.float64).reshape(n)
+        terminations = np.array([s[2] for s in stepped], dtype=np.bool_).reshape(n)
+        truncations = np.array([s[3] for s in stepped], dtype=np.bool_).reshape(n)
         items: list[Any] = []
-        infos: list[list[dict]] = []
-        done = []
-        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        for k, (local, action) in enumerate(zip(targets, self._actions(actions, n), strict=True)):
-            env = envs[local]
-            if next_step and autoreset[local]:
-                obs, info = env.reset()
-                env_infos = [info]
-                autoreset[local] = False
-            else:
-                obs, reward, terminated, truncated, info = env.step(action)
-                rewards[k], terminations[k], truncations[k] = reward, terminated, truncated
-                env_infos = [info]
-                # as stored (np.bool_ of what the env returned)
-                autoreset[local] = bool(terminations[k] or truncations[k])
-                if same_step and (terminated or truncated):
-                    if _shares_objects((obs, info), self.returned[local]):
-                        # the env reuses what it returns: its reset could overwrite the
-                        # final values before they are sent (Gymnasium #1132)
-                        obs, info = copy.deepcopy((obs, info))
-                    env_infos = [{"final_obs": obs, "final_info": info}]
-                    obs, info = env.reset()
-                    env_infos.append(info)
-            if same_step:
-                self.returned[local] = _mutable_ids((obs, info))
-            done.append((local, obs))
-            infos.append(env_infos)
+        infos = [s[4] for s in stepped]
+        done = [(local, s[0]) for (local, _), s in zip(pairs, stepped, strict=True)]
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
         for local, obs in done:
             self._emit(local, obs, items)
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
+
+    def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:
+        """Step (or autoreset) env ``local``: ``(obs, reward, terminated, truncated,
+        infos)``. Touches only that env's state, so envs may step on threads at once."""
+        env = self.envs[local]
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
+            obs, info = env.reset()
+            self.autoreset[local] = False
+            return obs, 0.0, False, False, [info]
+        obs, reward, terminated, truncated, info = env.step(action)
+        env_infos = [info]
+        self.autoreset[local] = bool(np.bool_(terminated) or np.bool_(truncated))
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        if same_step and (terminated or truncated):
+            if _shares_objects((obs, info), self.returned[local]):
+                # the env reuses what it returns: its reset could overwrite the final
+                # values before they are sent (Gymnasium #1132)
+                obs, info = copy.deepcopy((obs, info))
+            env_infos = [{"final_obs": obs, "final_info": info}]
+            obs, info = env.reset()
+            env_infos.append(info)
+        if same_step:
+            self.returned[local] = _mutable_ids((obs, info))
+        return obs, reward, terminated, truncated, env_infos
 
     def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
         results = []
@@ -429,6 +431,7 @@ class _WorkerEnvs:
                 exception is the ``__cause__``).
         """
         failed: tuple[int, BaseException] | None = None
+        self.profile.close()
         envs, self.envs = self.envs, []
         for local, env in enumerate(envs):
             try:
