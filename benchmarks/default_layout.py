@@ -363,7 +363,7 @@ def format_table(result: dict) -> str:
         lines.append(
             f"| {row['workload']} | {default['name']}: {default['steps_per_s']:.0f} | "
             f"{stepping} | {label}{ref['name']} | {ref['steps_per_s']:.0f} | "
-            f"**{row['ratio']:.2f}x** | >= {row['target']:.2f}: {met} |"
+            f"**{row['ratio']:.3f}x** | >= {row['target']:.2f}: {met} |"
         )
     run_ = result["run"]
     machine = run_["machine"]

@@ -121,7 +121,9 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         'pick up the alphabet soup and place it in the basket'
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+    # stepped one after another in a worker: its renders make GL contexts current, which
+    # must not happen on several threads at once (docs/stages.md, "How a worker steps")
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20, "step_concurrency": "serial"}
 
     def __init__(
         self,
