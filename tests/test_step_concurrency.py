@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -181,3 +182,34 @@ def test_concurrent_recv_send_gives_the_serial_trajectories(make_pipelined, mode
         n = min(len(expected[i]), len(got[i]))
         assert n >= 2
         assert_tree_equal(got[i][:n], expected[i][:n], path=f"env {i}")
+
+
+class SlowOrRaisingEnv(NappingEnv):
+    """A `NappingEnv` declared concurrent whose step raises ``ValueError`` on action 2, and
+    otherwise naps ``nap`` seconds then writes ``done_file``."""
+
+    def __init__(self, env_id: int, nap: float, done_file: Path) -> None:
+        super().__init__(env_id, 100, nap=nap, declared="concurrent")
+        self.done_file = done_file
+
+    def step(self, action: Any):
+        if int(action) == 2:
+            raise ValueError("no such action")
+        result = super().step(action)
+        self.done_file.write_text("stepped")
+        return result
+
+
+def test_a_failed_concurrent_step_is_answered_once_every_other_env_is_done(
+    make_pipelined, tmp_path
+):
+    done = tmp_path / "env1"
+    fns = [
+        partial(SlowOrRaisingEnv, 0, 0.0, tmp_path / "env0"),
+        partial(SlowOrRaisingEnv, 1, 0.3, done),
+    ]
+    envs = make_pipelined(fns, envs_per_worker=2)
+    envs.reset(seed=0)
+    with pytest.raises(ValueError, match="no such action"):
+        envs.step(np.array([2, 0]))
+    assert done.exists()  # env 1's step ended before the error came back

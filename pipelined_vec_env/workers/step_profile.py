@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 __all__ = [
@@ -182,7 +182,10 @@ class StepProfile:
                 max_workers=len(self.env_ids), thread_name_prefix="env-step"
             )
         futures = [self._threads.submit(step_one, local, action) for local, action in pairs]
-        return [future.result() for future in futures]  # waits for all; first error raised
+        # every step ends before the answer (or the first error, in env order): a next
+        # command never finds one of its envs still stepping
+        wait(futures)
+        return [future.result() for future in futures]
 
     def _measured(
         self, step_one: Callable[[int, Any], Result], pairs: Sequence[tuple[int, Any]]
