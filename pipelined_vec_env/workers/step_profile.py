@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, TypeVar
+from typing import Any
 
 __all__ = [
     "METADATA_KEY",
@@ -58,8 +58,6 @@ REVISIT_BATCHES = 1000
 _MODES = ("serial", "concurrent")
 # the worker's step profiles by id of each env they step (see `step_profile_of`)
 _PROFILES: dict[int, StepProfile] = {}
-
-Result = TypeVar("Result")
 
 
 def off_cpu_share(cpu: float, wall: float, waited: float = 0.0) -> float:
@@ -157,53 +155,51 @@ class StepProfile:
         for key in self.env_ids:
             _PROFILES[key] = self
 
-    def run(
-        self, step_one: Callable[[int, Any], Result], pairs: Sequence[tuple[int, Any]]
-    ) -> list[Result]:
-        """``step_one(local, action)`` for each pair, in order of the results: on this
-        thread one after another, or on the worker's threads at once (`mode`).
+    def run(self, step: Callable[[int], None], count: int) -> None:
+        """``step(k)`` for ``k`` in ``range(count)`` (the envs of one command): on this
+        thread one after another, or on the worker's threads at once (`mode`); each
+        ``step(k)`` must touch only the k-th env's state and results.
 
         Raises:
-            Exception: The first (in env order) that a step raised; concurrently, the
-                other envs of the call have stepped.
+            Exception: The first (in ``k`` order) that a step raised; concurrently, once
+                every other step of the call has ended.
         """
         self.batches += 1
         if self.measure and (not self.last or self.batches > REVISIT_BATCHES):
-            return self._measured(step_one, pairs)
-        if self.mode == "concurrent" and len(pairs) > 1:
-            return self._concurrently(step_one, pairs)
-        return [step_one(local, action) for local, action in pairs]
+            self._measured(step, count)
+        elif self.mode == "concurrent" and count > 1:
+            self._concurrently(step, count)
+        else:
+            for k in range(count):
+                step(k)
 
-    def _concurrently(
-        self, step_one: Callable[[int, Any], Result], pairs: Sequence[tuple[int, Any]]
-    ) -> list[Result]:
+    def _concurrently(self, step: Callable[[int], None], count: int) -> None:
         if self._threads is None:
             self._threads = ThreadPoolExecutor(
                 max_workers=len(self.env_ids), thread_name_prefix="env-step"
             )
-        futures = [self._threads.submit(step_one, local, action) for local, action in pairs]
+        futures = [self._threads.submit(step, k) for k in range(count)]
         # every step ends before the answer (or the first error, in env order): a next
         # command never finds one of its envs still stepping
         wait(futures)
-        return [future.result() for future in futures]
+        for future in futures:
+            future.result()
 
-    def _measured(
-        self, step_one: Callable[[int, Any], Result], pairs: Sequence[tuple[int, Any]]
-    ) -> list[Result]:
+    def _measured(self, step: Callable[[int], None], count: int) -> None:
         assert self._waits is not None
         wall0, cpu0, waited0 = time.perf_counter(), time.process_time(), self._waits.seconds()
-        results = [step_one(local, action) for local, action in pairs]
+        for k in range(count):
+            step(k)
         window = self.window
         window[0] += time.perf_counter() - wall0
         window[1] += time.process_time() - cpu0
         window[2] += self._waits.seconds() - waited0
-        window[3] += len(pairs)
+        window[3] += count
         if window[3] >= WINDOW_STEPS:
             if self.warm:
                 self._decide()
             else:  # the first steps of a fresh worker are no guide (imports, caches)
                 self.window, self.warm = [0.0, 0.0, 0.0, 0], True
-        return results
 
     def _decide(self) -> None:
         wall, cpu, waited, steps = self.window

@@ -370,14 +370,25 @@ class _WorkerEnvs:
         local_indices, actions = payload
         targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
-        pairs = list(zip(targets, self._actions(actions, n), strict=True))
-        stepped = self.profile.run(self._step_one, pairs)
-        rewards = np.array([s[1] for s in stepped], dtype=np.float64).reshape(n)
-        terminations = np.array([s[2] for s in stepped], dtype=np.bool_).reshape(n)
-        truncations = np.array([s[3] for s in stepped], dtype=np.bool_).reshape(n)
+        rewards = np.zeros(n, dtype=np.float64)
+        terminations = np.zeros(n, dtype=np.bool_)
+        truncations = np.zeros(n, dtype=np.bool_)
+        observations: list[Any] = [None] * n
+        infos: list[Any] = [None] * n
+        batch = self._actions(actions, n)
+        if not isinstance(batch, np.ndarray):
+            batch = list(batch)
+        step_one = self._step_one
+
+        def step(k: int) -> None:  # the k-th env of the call: its own slots only
+            obs, rewards[k], terminations[k], truncations[k], infos[k] = step_one(
+                targets[k], batch[k]
+            )
+            observations[k] = obs
+
+        self.profile.run(step, n)  # one after another, or on the worker's threads
         items: list[Any] = []
-        infos = [s[4] for s in stepped]
-        done = [(local, s[0]) for (local, _), s in zip(pairs, stepped, strict=True)]
+        done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
         for local, obs in done:
@@ -394,7 +405,7 @@ class _WorkerEnvs:
             return obs, 0.0, False, False, [info]
         obs, reward, terminated, truncated, info = env.step(action)
         env_infos = [info]
-        self.autoreset[local] = bool(np.bool_(terminated) or np.bool_(truncated))
+        self.autoreset[local] = bool(terminated) or bool(truncated)
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         if same_step and (terminated or truncated):
             if _shares_objects((obs, info), self.returned[local]):
