@@ -213,3 +213,20 @@ def test_a_failed_concurrent_step_is_answered_once_every_other_env_is_done(
     with pytest.raises(ValueError, match="no such action"):
         envs.step(np.array([2, 0]))
     assert done.exists()  # env 1's step ended before the error came back
+
+
+def test_the_decision_is_logged_at_debug_level(caplog):
+    from pipelined_vec_env.workers.step_profile import StepProfile
+
+    envs = [NappingEnv(i, 100, nap=0.002) for i in range(2)]
+    for env in envs:
+        env.reset(seed=0)
+    profile = StepProfile(envs, (4, 5))
+    with caplog.at_level("DEBUG", logger="pipelined_vec_env.workers.step_profile"):
+        for _ in range(2 * WINDOW_STEPS // 2):
+            profile.run(lambda k: envs[k].step(0), 2)
+    profile.close()
+    assert profile.mode == "concurrent"
+    assert any(
+        "envs (4, 5): stepping concurrent (measured:" in r.getMessage() for r in caplog.records
+    )

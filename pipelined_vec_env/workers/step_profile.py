@@ -205,6 +205,7 @@ class StepProfile:
         wall, cpu, waited, steps = self.window
         share = off_cpu_share(cpu, wall, waited)
         mode = "concurrent" if steps_concurrently(cpu, wall, waited) else "serial"
+        first = not self.last
         self.last = {
             "wall_ms_per_step": wall / steps * 1e3,
             "cpu_ms_per_step": cpu / steps * 1e3,
@@ -217,7 +218,7 @@ class StepProfile:
             f"measured: {share:.0%} of the step off the CPU over {steps} serial steps "
             f"({comparison} {OFF_CPU_SHARE:.0%})"
         )
-        if mode != self.mode:
+        if first or mode != self.mode:
             logger.debug("envs %s: stepping %s (%s)", self.env_indices, mode, self.reason)
         self.mode = mode
         self.window = [0.0, 0.0, 0.0, 0]
