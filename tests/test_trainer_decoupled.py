@@ -214,6 +214,7 @@ def test_decoupled_evaluation_equals_the_in_process_one(make_pipelined):
 
 # -- the trainer wired to the runner (--decoupled) --------------------------------------
 
+
 def test_train_decoupled_tiny_run(tmp_path):
     config = TrainConfig(
         env_id="InvertedPendulum-v5",
