@@ -269,6 +269,28 @@ def table(rows: list[dict[str, Any]], args: Args, commit: str | None) -> str:
     return "\n".join(lines)
 
 
+#: How `runs_table` names each variant.
+LABELS = {"SyncVectorEnv": "`gym.vector.SyncVectorEnv`"}
+
+
+def runs_table(result: dict[str, Any]) -> str:
+    """A result file's (the whole JSON's) medians, every round's SPS and the paired ratio
+    with the target, as ``docs/benchmarks.md`` shows them."""
+    lines = [
+        "| vector env | SPS (median) | per round | vs SyncVectorEnv (paired) |",
+        "|---|---:|---|---:|",
+    ]
+    for r in result["rows"]:
+        label = LABELS.get(r["variant"], f"`{r['variant']}`")
+        rounds = ", ".join(str(x["sps"]) for x in r["runs"])
+        ratio = ""
+        if r["vs_sync"] is not None:
+            met = "met" if r["vs_sync"] >= 1.1 else "not met"
+            ratio = f"{r['vs_sync']:.2f}x (target >= 1.1x: {met})"
+        lines.append(f"| {label} | {r['sps']:.0f} | {rounds} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = tyro.cli(Args, args=argv)
     with tempfile.TemporaryDirectory(prefix="cleanrl_sps_") as tmp:

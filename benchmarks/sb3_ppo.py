@@ -34,6 +34,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -181,6 +182,11 @@ def table(rows: list[dict[str, Any]], args: Args) -> str:
             f"{r['param_checksum']:.6f} |"
         )
     return "\n".join(lines)
+
+
+def results_table(result: dict[str, Any]) -> str:
+    """`table` of a result file (the whole JSON, whose ``args`` are strings)."""
+    return table(result["rows"], SimpleNamespace(**result["args"]))  # type: ignore[arg-type]
 
 
 def main(args: Args) -> dict[str, Any]:
