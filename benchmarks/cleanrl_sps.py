@@ -54,7 +54,7 @@ from typing import Any
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, package_versions, write_results  # noqa: E402
+from _machine import cpu_model, machine_identity, package_versions, write_results  # noqa: E402
 
 __all__ = ["Args", "Patch", "VARIANTS", "main", "patched", "sps_of"]
 
@@ -241,6 +241,7 @@ def run_once(script: Path, args: Args) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     return {
+        **machine_identity(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": cpu_model(),

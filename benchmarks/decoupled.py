@@ -58,6 +58,9 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.stepping.channel import InferenceChannel
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import machine_identity, relative_paths  # noqa: E402
+
 __all__ = ["Args", "LongTailEnv", "main"]
 
 # Loaded by path (tests), worker processes cannot import this module by name.
@@ -291,6 +294,7 @@ def main(args: Args) -> dict[str, Any]:
         "ceilings_steps_per_s": bounds,
         "rows": rows,
         "machine": {
+            **machine_identity(),
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
@@ -304,7 +308,7 @@ def main(args: Args) -> dict[str, Any]:
     }
     print_table(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(relative_paths(report), indent=2) + "\n")
     print(f"\nwrote {args.out}")
     return report
 

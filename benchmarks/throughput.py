@@ -80,7 +80,14 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, cpu_seconds, git_commit, package_versions  # noqa: E402
+from _machine import (  # noqa: E402
+    cpu_model,
+    cpu_seconds,
+    git_commit,
+    machine_identity,
+    package_versions,
+    relative_paths,
+)
 
 __all__ = ["Args", "Backend", "NullEnv", "main", "measure_null", "measure_throughput"]
 
@@ -949,6 +956,7 @@ def machine_info() -> dict[str, Any]:
         "envpool",
     )
     return {
+        **machine_identity(),
         "cpu_count": os.cpu_count(),
         "usable_cores": len(_cores()),
         "cpu_model": cpu_model(),
@@ -1305,7 +1313,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print()
     print(format_targets(result["targets"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    args.output.write_text(json.dumps(relative_paths(result), indent=1) + "\n")
     print(f"wrote {args.output}")
     return result
 

@@ -99,3 +99,21 @@ def test_result_files_hold_no_absolute_paths():
         if p.suffix in (".json", ".md") and absolute.search(p.read_text())
     ]
     assert not found, "result files with absolute paths: " + ", ".join(found)
+
+
+def test_results_are_written_with_relative_paths_and_the_machine(tmp_path: Path):
+    machine = load_script("benchmarks/_machine.py", "benchmarks_machine")
+    repo = machine.REPO
+    written = machine.relative_paths(
+        {"output": repo / "benchmarks" / "results" / "x.json", "runs": [f"python {repo}/b.py"]}
+    )
+    assert written == {"output": "benchmarks/results/x.json", "runs": ["python b.py"]}
+    assert (
+        machine.relative_paths("/tmp/base/pipelined_vec_env") == "<outside>/base/pipelined_vec_env"
+    )
+    record = machine.run_record(repo, 0.0, 0.5, ["numpy"])["machine"]
+    assert {"cpu_model", "cpu_count", "kernel", "load_average", "load_average_1m_start"} <= set(
+        record
+    )
+    machine.write_results(tmp_path / "r.json", {"package": str(repo / "pipelined_vec_env")}, "t")
+    assert json.loads((tmp_path / "r.json").read_text()) == {"package": "pipelined_vec_env"}
