@@ -530,6 +530,21 @@ def run_offcpu(args: Args) -> dict:
     }
 
 
+def _offcpu_tables(result: dict) -> list[str]:
+    parts = offcpu_table(result).split("\n\n")
+    return [part for part in parts if part.startswith("|")]
+
+
+def offcpu_rates_table(result: dict) -> str:
+    """The first table of ``offcpu_table``: env steps/s (fraction of ideal) per lever."""
+    return _offcpu_tables(result)[0]
+
+
+def offcpu_waits_table(result: dict) -> str:
+    """The second table of ``offcpu_table``: ms per env step waiting for a core."""
+    return _offcpu_tables(result)[1]
+
+
 def offcpu_table(result: dict) -> str:
     """The offcpu results as a Markdown table (levers as rows, stage counts as columns)."""
     args = result["args"]

@@ -13,7 +13,13 @@ Three markers, all HTML comments (the site does not show them):
   two values of the file.
 - ``<!-- unchecked: SOURCE -->`` after figures that no test reads: ``SOURCE`` names where
   they come from (a result file, a commit's run); any repository path it names (a glob
-  such as ``benchmarks/results/throughput*.json`` too) must exist.
+  such as ``benchmarks/results/throughput*.json`` too) must exist. On a line of its own
+  right above a table, either figure-free marker covers the whole table.
+
+A number that looks like a measurement (``unmarked``: a number with a unit of time, rate,
+size, a ratio ``1.28x`` or a percentage; in a table row also any decimal or ``1,234``)
+on a line with no marker, outside code and table blocks, is a problem too: it is marked,
+or named in ``SETTINGS`` below as a setting (a default, a constant, a workload's size).
 
 Usage: ``python scripts/docs_figures.py`` lists every difference (exit 1 if any);
 ``--write`` rewrites each table block from its file (figures in prose are fixed by hand).
@@ -39,6 +45,7 @@ __all__ = [
     "main",
     "pages",
     "render_tables",
+    "unmarked",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +57,20 @@ ANY_MARKER = re.compile(r"<!--\s*/?(table|figure|unchecked)\b[^>]*-->")
 CODE = re.compile(r"`[^`]*`")
 NUMBER = re.compile(r"(?<![\d.])-?\d[\d,]*(?:\.\d+)?")
 REPO_PATH = re.compile(r"\b(?:benchmarks|docs|examples|scripts)/[\w.*/-]*[\w*]")
+UNIT = (
+    r"(?:[munµ]s|s|sec|seconds?|minutes?|min|hours?|x|%|k|"
+    r"(?:env |decision )?steps/s|sps|fps|calls/s|[KMG]i?B(?:/s)?)"
+)
+RANGE = r"\d[\d,]*(?:\.\d+)?(?:-\d[\d,]*(?:\.\d+)?)?"
+MEASURED = re.compile(rf"(?<![\w.]){RANGE}\s?{UNIT}(?![\w/])")
+CELL_FIGURE = re.compile(r"(?<![\w.])(?:\d+\.\d+|\d{1,3}(?:,\d{3})+)(?![\w.])")
+LINK = re.compile(r"\]\([^)]*\)")
 KEY_PART = re.compile(r"\[(?P<field>[^\]=]+)=(?P<value>[^\]]*)\]|\.?(?P<name>[^.\[]+)")
+
+
+# Numbers that look like measurements but are settings: a default, a constant, the size of a
+# workload. Each phrase is taken out of its page's lines before ``unmarked`` looks at them.
+SETTINGS: dict[str, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -214,6 +234,37 @@ def check_text(text: str, page: str = "<text>", root: Path = ROOT) -> list[Probl
     return problems
 
 
+def unmarked(text: str, page: str = "<text>", settings: tuple[str, ...] = ()) -> list[Problem]:
+    """Every measurement-looking number of ``text`` that no marker covers (see the module
+    docstring); each phrase of ``settings`` is taken out of its line first."""
+    problems = []
+    lines = text.splitlines()
+    blocks = {i for start, end, _ in _tables(lines) for i in range(start, end % len(lines) + 1)}
+    fenced = covered = False
+    for n, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+        if fenced or stripped.startswith("```") or n - 1 in blocks:
+            continue
+        if ANY_MARKER.search(CODE.sub(" ", line)):
+            # a marker alone on its line covers the table right below it
+            covered = ANY_MARKER.fullmatch(stripped) is not None
+            continue
+        covered = covered and stripped.startswith("|")
+        if covered:
+            continue
+        for phrase in settings:
+            line = line.replace(phrase, " ")
+        line = LINK.sub("]", CODE.sub(" ", re.sub(r"<!--.*?-->", " ", line)))
+        found = MEASURED.findall(line)
+        if stripped.startswith("|"):
+            found += CELL_FIGURE.findall(line)
+        if found:
+            problems.append(Problem(page, n, f"unmarked figure {', '.join(found)}"))
+    return problems
+
+
 def render_tables(text: str, root: Path = ROOT) -> str:
     """``text`` with each table block rewritten from its file."""
     lines = text.splitlines()
@@ -233,7 +284,9 @@ def main(argv: list[str] | None = None, root: Path = ROOT) -> int:
         if "--write" in argv and (new := render_tables(text, root)) != text:
             path.write_text(new)
             text = new
-        problems += check_text(text, str(path.relative_to(root)), root)
+        page = str(path.relative_to(root))
+        problems += check_text(text, page, root)
+        problems += unmarked(text, page, SETTINGS.get(page, ()))
     for problem in problems:
         print(problem)
     return 1 if problems else 0
