@@ -313,6 +313,33 @@ def main(args: Args) -> dict[str, Any]:
     return report
 
 
+def markdown_table(report: dict[str, Any]) -> str:
+    """The rows of ``report`` (the JSON this script writes) as a Markdown table: env
+    steps/s, the ratio to sync, the queue size, the mean batch (per actor) and the queue
+    wait in ms (mean / p99)."""
+    lines = [
+        "| mode | steps/s | x sync | q | mean batch | per actor | queue wait ms (mean / p99) |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in report["rows"]:
+        wait = (
+            f"{r['mean_queue_wait_ms']:.2f} / {r['p99_queue_wait_ms']:.2f}"
+            if "mean_queue_wait_ms" in r
+            else ""
+        )
+        cells = [
+            r["mode"],
+            f"{r['steps_per_s']:.1f}",
+            f"{r['speedup_vs_sync']:.2f}",
+            str(r.get("rollout_queue_size", "")),
+            f"{r['mean_batch']:.1f}",
+            "/".join(f"{b:.1f}" for b in r.get("per_actor_mean_batch", [])),
+            wait,
+        ]
+        lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
+    return "\n".join(lines)
+
+
 def print_table(report: dict[str, Any]) -> None:
     a = report["args"]
     c = report["ceilings_steps_per_s"]

@@ -13,8 +13,8 @@ Three markers, all HTML comments (the site does not show them):
   two values of the file.
 - ``<!-- unchecked: SOURCE -->`` after figures that no test reads: ``SOURCE`` names where
   they come from (a result file, a commit's run); any repository path it names (a glob
-  such as ``benchmarks/results/throughput*.json`` too) must exist. On a line of its own
-  right above a table, either figure-free marker covers the whole table.
+  such as ``benchmarks/results/throughput*.json`` too) must exist. At the end of the
+  line right above a table (blank lines between allowed), it covers the whole table.
 
 A number that looks like a measurement (``unmarked``: a number with a unit of time, rate,
 size, a ratio ``1.28x`` or a percentage; in a table row also any decimal or ``1,234``)
@@ -58,19 +58,68 @@ CODE = re.compile(r"`[^`]*`")
 NUMBER = re.compile(r"(?<![\d.])-?\d[\d,]*(?:\.\d+)?")
 REPO_PATH = re.compile(r"\b(?:benchmarks|docs|examples|scripts)/[\w.*/-]*[\w*]")
 UNIT = (
-    r"(?:[munµ]s|s|sec|seconds?|minutes?|min|hours?|x|%|k|"
+    r"(?:[munµ]s|s|sec|seconds?|minutes?|min|hours?|%|k|"
     r"(?:env |decision )?steps/s|sps|fps|calls/s|[KMG]i?B(?:/s)?)"
 )
 RANGE = r"\d[\d,]*(?:\.\d+)?(?:-\d[\d,]*(?:\.\d+)?)?"
-MEASURED = re.compile(rf"(?<![\w.]){RANGE}\s?{UNIT}(?![\w/])")
+MEASURED = re.compile(rf"(?<![\w.]){RANGE}(?:[ \u00a0]?{UNIT}|x)(?![\w/])")  # 1.28x, not 2x4
 CELL_FIGURE = re.compile(r"(?<![\w.])(?:\d+\.\d+|\d{1,3}(?:,\d{3})+)(?![\w.])")
 LINK = re.compile(r"\]\([^)]*\)")
+TARGET = re.compile(
+    rf"(?:[<>]=?|\u2264|\u2265) ?{RANGE}(?:[ \u00a0]?{UNIT}|x)?"
+)  # a target: ">= 1.5x"
 KEY_PART = re.compile(r"\[(?P<field>[^\]=]+)=(?P<value>[^\]]*)\]|\.?(?P<name>[^.\[]+)")
 
 
 # Numbers that look like measurements but are settings: a default, a constant, the size of a
 # workload. Each phrase is taken out of its page's lines before ``unmarked`` looks at them.
-SETTINGS: dict[str, tuple[str, ...]] = {}
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "README.md": ("stops at 15 minutes", "Every 3 minutes"),
+    "docs/benchmarks.md": (
+        "burning 15 ms",
+        "median 5 ms, p99 about 10x",
+        "sleeping 3 ms + 0.5 ms per observation",
+    ),
+    "docs/conformance.md": ("(default 120 s)", "1 vs 1.5 became 1"),
+    "docs/decoupled.md": ("median 10 ms", "10x the median", "4 ms + 0.25 ms per env"),
+    "docs/fault_tolerance.md": ("a 60 s step", "a generous 30 s", "a 10 % warm-up"),
+    "docs/profiling.md": ("at least 30%",),
+    "docs/ray.md": ("| 1.0 |", "| 0.0 |", "2 ms `ray.wait` slices"),
+    "docs/trainer.md": (
+        "`--target-kl` 0.02",
+        "std 0.05 on xyz, 0.02 on rotation",
+        "a rotation noise of 0.0025",
+        "std 0.2",
+        "| 1.0, 1.0, 0 |",
+        "takes 64 MiB",
+        "for 1.5 minutes",
+    ),
+    "docs/tune.md": (
+        "(1.5 s at the rate",
+        "within 10% of each",
+        "0.75 ms x (1 + log2 cpus), cpus capped at 8: 1.5 ms on 2 cores",
+        "1.5 ms slices",
+        "`verify_close` (15%)",
+        "within 20% of the top",
+        "about 1.25x less per nice step",
+        "15% of the top",
+        "the 0.5 ms migration cost",
+    ),
+    "docs/wire_format.md": (
+        "(50 us)",
+        "(500 us)",
+        "(300 us)",
+        "time constant 2 s",
+        "every 0.1 s at most",
+        "one 50 us spin",
+        "budget 500 us",
+        "timeouts of 1 ms doubling to 0.1 s",
+        "(1 ms,",
+        "at most 50 us",
+        "60 us slower per step",
+    ),
+    "docs/worker_layer.md": ("2 ms `ray.wait` slices",),
+}
 
 
 @dataclass(frozen=True)
@@ -234,34 +283,81 @@ def check_text(text: str, page: str = "<text>", root: Path = ROOT) -> list[Probl
     return problems
 
 
-def unmarked(text: str, page: str = "<text>", settings: tuple[str, ...] = ()) -> list[Problem]:
-    """Every measurement-looking number of ``text`` that no marker covers (see the module
-    docstring); each phrase of ``settings`` is taken out of its line first."""
-    problems = []
-    lines = text.splitlines()
+def _paragraphs(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """(first line index, lines) of each paragraph, list item and table row outside code
+    and table blocks; a table right below a line that ends in an ``unchecked`` marker
+    is left out (that marker names the table's source)."""
     blocks = {i for start, end, _ in _tables(lines) for i in range(start, end % len(lines) + 1)}
+    found: list[tuple[int, list[str]]] = []
     fenced = covered = False
-    for n, line in enumerate(lines, 1):
+    for i, line in enumerate(lines):
         stripped = line.strip()
         if stripped.startswith("```"):
             fenced = not fenced
-        if fenced or stripped.startswith("```") or n - 1 in blocks:
             continue
-        if ANY_MARKER.search(CODE.sub(" ", line)):
-            # a marker alone on its line covers the table right below it
-            covered = ANY_MARKER.fullmatch(stripped) is not None
+        if fenced or i in blocks:
+            covered = False
             continue
-        covered = covered and stripped.startswith("|")
-        if covered:
+        if not stripped:
             continue
-        for phrase in settings:
-            line = line.replace(phrase, " ")
-        line = LINK.sub("]", CODE.sub(" ", re.sub(r"<!--.*?-->", " ", line)))
-        found = MEASURED.findall(line)
         if stripped.startswith("|"):
-            found += CELL_FIGURE.findall(line)
-        if found:
-            problems.append(Problem(page, n, f"unmarked figure {', '.join(found)}"))
+            if not covered:
+                found.append((i, [line]))
+            continue
+        # a line that ends in an unchecked marker covers the table right below it
+        covered = re.search(r"<!-- unchecked:[^>]*-->$", stripped) is not None
+        starts_item = re.match(r"\s*(?:[-*]|\d+\.)\s", line) is not None
+        if (
+            found
+            and not starts_item
+            and i > 0
+            and lines[i - 1].strip()
+            and (found[-1][0] + len(found[-1][1]) == i and not lines[i - 1].strip().startswith("|"))
+        ):
+            found[-1][1].append(line)
+        else:
+            found.append((i, [line]))
+    return found
+
+
+def unmarked(text: str, page: str = "<text>", settings: tuple[str, ...] = ()) -> list[Problem]:
+    """Every measurement-looking number of ``text`` that no marker covers (see the module
+    docstring). In a paragraph, list item or table row, an ``unchecked`` marker covers the
+    figures since the previous marker; a ``figure`` marker covers the number right before
+    it. Each phrase of ``settings`` is taken out of its line first."""
+    problems = []
+    for first, lines in _paragraphs(text.splitlines()):
+        kept = []
+        for line in lines:
+            for phrase in settings:
+                line = line.replace(phrase, " " * len(phrase))
+            line = TARGET.sub(lambda m: " " * len(m[0]), line)
+            kept.append(
+                LINK.sub(lambda m: " " * len(m[0]), CODE.sub(lambda m: " " * len(m[0]), line))
+            )
+        joined = "\n".join(kept)
+        is_row = joined.lstrip().startswith("|")
+        start = 0
+        segments = []
+        for marker in [*ANY_MARKER.finditer(joined), None]:
+            end = len(joined) if marker is None else marker.start()
+            segment = joined[start:end]
+            if marker is not None and marker[0].startswith("<!-- unchecked"):
+                segment = ""
+            elif marker is not None and marker[0].startswith("<!-- figure"):
+                numbers = list(NUMBER.finditer(segment))
+                if numbers:
+                    last = numbers[-1]
+                    segment = segment[: last.start()] + " " * len(last[0]) + segment[last.end() :]
+            segments.append((start, segment))
+            start = end if marker is None else marker.end()
+        for offset, segment in segments:
+            hits = [(m.start(), m[0]) for m in MEASURED.finditer(segment)]
+            if is_row:
+                hits += [(m.start(), m[0]) for m in CELL_FIGURE.finditer(segment)]
+            for at, figure in sorted(hits):
+                line = first + joined.count("\n", 0, offset + at) + 1
+                problems.append(Problem(page, line, f"unmarked figure {figure}"))
     return problems
 
 
