@@ -114,6 +114,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
         "takes 64 MiB",
         "for 1.5 minutes",
     ),
+    "docs/trainer_figures.md": ("every 3 minutes", "7.5 minutes of"),
     "docs/tune.md": (
         "(1.5 s at the rate",
         "within 10% of each",

@@ -39,6 +39,51 @@ def test_the_pages_mark_their_figures():
     assert all(counts.values()), counts
 
 
+def test_every_measurement_in_the_docs_is_marked():
+    """A number that looks like a measurement (a unit of time, rate or size, a ratio, a
+    percentage; in a table row any decimal) is checked or marked unchecked with its source,
+    or named as a setting in ``docs_figures.SETTINGS``."""
+    problems = [
+        str(problem)
+        for page in figures.pages(ROOT)
+        for problem in figures.unmarked(
+            page.read_text(),
+            str(page.relative_to(ROOT)),
+            figures.SETTINGS.get(str(page.relative_to(ROOT)), ()),
+        )
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_unmarked_finds_figures_and_spares_settings_code_and_marked_ones():
+    def found(text: str, settings: tuple[str, ...] = ()) -> list[str]:
+        return [
+            p.what.removeprefix("unmarked figure ") for p in figures.unmarked(text, "p", settings)
+        ]
+
+    assert found("it ran at 1.28x Sync, 11.3 us per step, 61%.") == ["1.28x", "11.3 us", "61%"]
+    assert found("a 9-11 ms step\nand 2,009 steps/s.") == ["9-11 ms", "2,009 steps/s"]
+    assert found("| a | 12.5 | 1,234 | 7 |") == ["12.5", "1,234"]
+    # layouts, image sizes, versions, counts, targets, code and links are no measurements
+    assert found("2x4 and 1x1, 224x224, 36 x 36, Python 3.11, 8 envs, target >= 1.5x") == []
+    assert found("`--timeout 120 s` and [a page](page.md#1.5x)") == []
+    assert found("```bash\nrun 15 ms\n```") == []
+    # an unchecked marker covers the figures of its paragraph before it, not after it
+    assert found("at 1.2x and\n3 ms<!-- unchecked: a run at abc1234 -->; then 4 ms.") == ["4 ms"]
+    # a figure marker covers only the number right before it
+    marked = "1.1x and 1.28x<!-- figure: benchmarks/results/r.json a -->"
+    assert found(marked) == ["1.1x"]
+    # a line ending in an unchecked marker covers the table below it; a table block is
+    # checked by the table check
+    assert found("files:<!-- unchecked: x.json -->\n\n| a | 1.5 |\n| b | 2.5 |\n\nthen 3 ms") == [
+        "3 ms"
+    ]
+    block = "<!-- table: benchmarks/fmt.py table benchmarks/results/r.json -->\n| 1.5 |\n<!-- /table -->"
+    assert found(block) == []
+    assert found("| a | 1.5 |\n\n| b | 2.5 |") == ["1.5", "2.5"]
+    assert found("a spin of 50 us (a setting)", ("spin of 50 us",)) == []
+
+
 @pytest.fixture
 def results(tmp_path: Path) -> Path:
     folder = tmp_path / "benchmarks" / "results"
