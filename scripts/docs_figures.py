@@ -18,8 +18,12 @@ Three markers, all HTML comments (the site does not show them):
 
 A number that looks like a measurement (``unmarked``: a number with a unit of time, rate,
 size, a ratio ``1.28x`` or a percentage; in a table row also any decimal or ``1,234``)
-on a line with no marker, outside code and table blocks, is a problem too: it is marked,
-or named in ``SETTINGS`` below as a setting (a default, a constant, a workload's size).
+outside code and table blocks is a problem too unless a marker covers it or ``SETTINGS``
+below names it as a setting (a default, a constant, a workload's size). In a paragraph,
+list item or table row an ``unchecked`` marker covers the figures since the previous
+marker; a ``figure`` marker covers only the number right before it. Not caught: bare
+integers (counts, steps/s in a table without ``1,234`` separators), numbers split from
+their unit by a line break.
 
 Usage: ``python scripts/docs_figures.py`` lists every difference (exit 1 if any);
 ``--write`` rewrites each table block from its file (figures in prose are fixed by hand).
