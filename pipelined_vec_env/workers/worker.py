@@ -44,6 +44,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from ..gl_contexts import own_gl_contexts
 from ..stacks import install_stack_dump
 from .main_module import install_lazy_main, load_main
 from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
@@ -119,7 +120,9 @@ def send_answer(conn: Connection, message: Any) -> None:
 
 def build_env(fn: Any) -> Env:
     """Call one env constructor; an env id the worker does not know is retried once after
-    loading the caller's main script, which may register it (see `main_module`).
+    loading the caller's main script, which may register it (see `main_module`). A
+    gymnasium MuJoCo env then renders through its own GL contexts (`gl_contexts`), so
+    that envs sharing the worker never draw in each other's.
 
     Raises:
         gymnasium.error.UnregisteredEnv: The id is unknown even after loading the script
@@ -127,11 +130,11 @@ def build_env(fn: Any) -> Env:
         Exception: Whatever the constructor raises.
     """
     try:
-        return fn()
+        return own_gl_contexts(fn())
     except UnregisteredEnv:
         if not load_main():
             raise
-    return fn()
+    return own_gl_contexts(fn())
 
 
 def _die_with_parent() -> bool:
