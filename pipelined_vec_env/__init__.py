@@ -16,6 +16,7 @@ from .errors import (
 )
 from .libero.registration import register_libero_envs
 from .registration import make_vec, register
+from .shared_memory import SharedMemoryFallbackWarning, SharedMemoryFullError
 from .tuning.tuner import TuneResult, tune
 from .vector_env import PipelinedVectorEnv
 
@@ -24,6 +25,8 @@ __version__ = "0.1.0"
 __all__ = [
     "PipelinedVectorEnv",
     "RemoteTraceback",
+    "SharedMemoryFallbackWarning",
+    "SharedMemoryFullError",
     "StageFailedError",
     "TuneResult",
     "WaitTimeoutError",

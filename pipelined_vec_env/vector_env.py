@@ -79,6 +79,13 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             no shared memory leaked), but many simulators and CUDA do not survive a fork
             of a process that already uses them.
         shared_memory: Put observations in shared memory when the space allows it.
+        shm_fallback: Where the observation buffers do not fit in the free space of
+            /dev/shm (Docker's and Kubernetes' default is 64 MiB), which would end in a
+            SIGBUS at the first write: ``"file"`` (default) puts them in file-backed
+            mappings in a temporary directory, with one `SharedMemoryFallbackWarning`
+            naming the bytes needed and free and how to grow /dev/shm; ``"error"`` raises
+            `SharedMemoryFullError` (an `OSError`) from the constructor instead. See
+            ``docs/frames.md``.
         copy: Return copies of the observations (else views into buffers that the next
             call overwrites).
         autoreset_mode: gymnasium's `gymnasium.vector.AutoresetMode` (or its
@@ -180,6 +187,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
     observation_mode = ArgumentField()
     backend = ArgumentField()
     shared_memory = ArgumentField()
+    shm_fallback = ArgumentField()
     max_restarts = ArgumentField()
     step_deadline = ArgumentField()
     start_timeout = ArgumentField()
@@ -195,6 +203,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         envs_per_worker: int | None = None,
         context: str | Any | None = None,
         shared_memory: bool = True,
+        shm_fallback: str = "file",
         copy: bool = True,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         observation_mode: str | tuple[Space, Space] = "same",
@@ -236,6 +245,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             observation_mode=observation_mode,
             autoreset_mode=autoreset_mode,
             shared_memory=shared_memory,
+            shm_fallback=shm_fallback,
         )
         self.render_devices = check_render_devices(render_devices)
         self.arguments = args
@@ -253,7 +263,11 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             fast_path=bool(fast_path),
         )
         self._take_spaces(found)
-        self._build_stepping(recorder)
+        try:
+            self._build_stepping(recorder)
+        except BaseException:  # e.g. SharedMemoryFullError: no worker is left behind
+            self.close(terminate=True)
+            raise
 
     def _start_workers(
         self,
@@ -321,7 +335,10 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         )
         self._all_stages, self._all_envs = list(self.stages), slice(0, self.num_envs)
         self._obs = ObservationStore(
-            self.single_observation_space, self.num_envs, self.shared_memory
+            self.single_observation_space,
+            self.num_envs,
+            self.shared_memory,
+            self.arguments.shm_fallback,
         )
         self._pool.attach(self.single_observation_space, self._obs.buffers, self.num_envs)
         self.decoupled = DecoupledState(self, self._pool, self._obs)
