@@ -24,7 +24,7 @@ from .stepping.decoupled_methods import DecoupledMethods
 from .stepping.stage_stepping import StageStepping
 from .stepping.stages import Stage, check_startable, wait_any_stage
 from .workers.pool import WorkerPool
-from .workers.render_devices import check_render_devices
+from .workers.render_devices import check_render_devices, resolve_render_devices
 from .workers.transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
@@ -155,12 +155,16 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             where the action space has a fixed array layout and the actions are a numpy
             array of its dtype; False pickles every step (the results are the same). See
             ``docs/wire_format.md``.
-        render_devices: GPU ids for headless EGL rendering, handed out round-robin:
-            worker ``i`` gets ``render_devices[i % len(render_devices)]`` as
-            ``MUJOCO_EGL_DEVICE_ID`` (and ``EGL_DEVICE_ID``; ``MUJOCO_GL`` and
-            ``PYOPENGL_PLATFORM`` default to ``"egl"``), set before its envs are built.
-            None leaves the environment alone. Raises ValueError for anything but a
-            non-empty sequence of ints >= 0.
+        render_devices: CUDA ids (as torch sees them, after ``CUDA_VISIBLE_DEVICES``) for
+            headless EGL rendering, handed out round-robin: worker ``i`` renders on CUDA
+            device ``render_devices[i % len(render_devices)]``; ``"auto"``: every CUDA
+            device the caller sees. Each worker finds the EGL device that is that CUDA
+            device (``EGL_CUDA_DEVICE_NV``; EGL numbers devices its own way) and sets
+            ``MUJOCO_EGL_DEVICE_ID`` (and ``EGL_DEVICE_ID``) to its EGL index
+            (``MUJOCO_GL`` and ``PYOPENGL_PLATFORM`` default to ``"egl"``) before its envs
+            are built; where it cannot map, it logs so once and sets the CUDA id itself.
+            None leaves the environment alone. Raises ValueError for anything but None,
+            ``"auto"`` or a non-empty sequence of ints >= 0. See ``docs/frames.md``.
 
     Attributes:
         arguments: The checked constructor arguments, a `VectorEnvArguments`; its fields
@@ -219,7 +223,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         profile: bool = False,
         info_layout: str = "batched",
         fast_path: bool = True,
-        render_devices: Sequence[int] | None = None,
+        render_devices: Sequence[int] | str | None = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self.profiler = Profiler(enabled=bool(profile))
@@ -247,7 +251,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             shared_memory=shared_memory,
             shm_fallback=shm_fallback,
         )
-        self.render_devices = check_render_devices(render_devices)
+        self.render_devices = resolve_render_devices(check_render_devices(render_devices))
         self.arguments = args
         self.autoreset_mode = args.autoreset_mode
         self.num_envs = args.num_envs
