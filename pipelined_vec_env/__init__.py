@@ -8,6 +8,7 @@ import logging
 from . import moved_modules
 from .arguments import default_envs_per_worker
 from .errors import (
+    ObservationError,
     RemoteTraceback,
     StageFailedError,
     WaitTimeoutError,
@@ -23,6 +24,7 @@ from .vector_env import PipelinedVectorEnv
 __version__ = "0.1.0"
 
 __all__ = [
+    "ObservationError",
     "PipelinedVectorEnv",
     "RemoteTraceback",
     "SharedMemoryFallbackWarning",
