@@ -51,7 +51,7 @@ def find_mismatch(
     """``(key, expected, received)`` of the innermost part of ``value`` that does not fit
     ``space``, or None when it all fits.
 
-    Example:
+    Examples:
         >>> space = spaces.Dict({"image": spaces.Box(0, 255, (2, 2, 3), np.uint8)})
         >>> find_mismatch(space, {"image": np.zeros((2, 2, 4), np.uint8)})
         ("observation['image']", 'shape (2, 2, 3) uint8', 'shape (2, 2, 4) uint8')

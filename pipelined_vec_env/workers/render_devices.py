@@ -132,7 +132,7 @@ def egl_index_for(
     Returns:
         The EGL index, or None where no EGL device is that CUDA device.
 
-    Example:
+    Examples:
         >>> egl_index_for(0, [2, 3, 0, 1], None)  # CUDA 0-3 are EGL 2, 3, 0, 1
         2
         >>> egl_index_for(1, [2, 3, 0, 1], "2,3")  # CUDA 1 here is the node's GPU 3
