@@ -8,6 +8,6 @@ commands, ``transport``/``slots`` the wire (pipes and shared-memory slots), ``sp
 ``waiting`` the bounded waits, ``failures`` what a dead or failing worker becomes.
 
 May import: the package's base modules (``errors``, ``infos``, ``batching``,
-``shared_memory``, ``observations``) and ``profiling``. Never ``stepping``, ``tuning`` or
+``shared_memory``, ``observations``, ``gl_contexts``) and ``profiling``. Never ``stepping``, ``tuning`` or
 the vector env.
 """

@@ -44,8 +44,10 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from ..gl_contexts import own_gl_contexts
 from ..stacks import install_stack_dump
 from .main_module import install_lazy_main, load_main
+from .observation_check import observation_error, without_envs
 from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
 from .slots import (
     DONE_COLUMNS,
@@ -120,7 +122,9 @@ def send_answer(conn: Connection, message: Any) -> None:
 
 def build_env(fn: Any) -> Env:
     """Call one env constructor; an env id the worker does not know is retried once after
-    loading the caller's main script, which may register it (see `main_module`).
+    loading the caller's main script, which may register it (see `main_module`). A
+    gymnasium MuJoCo env then renders through its own GL contexts (`gl_contexts`), so
+    that envs sharing the worker never draw in each other's.
 
     Raises:
         gymnasium.error.UnregisteredEnv: The id is unknown even after loading the script
@@ -128,11 +132,11 @@ def build_env(fn: Any) -> Env:
         Exception: Whatever the constructor raises.
     """
     try:
-        return fn()
+        return own_gl_contexts(fn())
     except UnregisteredEnv:
         if not load_main():
             raise
-    return fn()
+    return own_gl_contexts(fn())
 
 
 def _die_with_parent() -> bool:
@@ -317,6 +321,28 @@ class _WorkerEnvs:
             # one array view of the whole batch: a row assignment per observation
             self.obs_view = read_from_shared_memory(space, buffers, n=num_envs)
 
+    def _emit_all(self, done: list[tuple[int, Any]], items: list[Any], results: tuple) -> None:
+        """Write each ``(local, obs)`` of ``done`` (in answer order); where an observation
+        does not fit the buffers, write the others, then raise `ObservationError` naming
+        it, with ``results`` (the answer's payload) less the failed envs' parts.
+
+        Raises:
+            ObservationError: An observation did not fit (`observation_check`).
+        """
+        failed = []
+        for k, (local, obs) in enumerate(done):
+            try:
+                self._emit(local, obs, items)
+            except Exception as exc:  # the failure path only: a fitting write costs nothing
+                failed.append((k, self.env_indices[local], obs, exc))
+        if failed:
+            error = observation_error(
+                self.observation_space,
+                [(g, obs, exc) for _, g, obs, exc in failed],
+                without_envs(results, [k for k, *_ in failed]),
+            )
+            raise error from failed[0][3]
+
     def _emit(self, local: int, obs: Any, items: list[Any]) -> None:
         if self.buffers is None:
             items.append(obs)
@@ -349,8 +375,7 @@ class _WorkerEnvs:
             done.append((local, obs))
             infos.append([info])
         # written once every env is done: a failed call leaves the shared rows as they were
-        for local, obs in done:
-            self._emit(local, obs, items)
+        self._emit_all(done, items, (None, infos))
         return (items if self.buffers is None else None), infos
 
     def step(
@@ -391,8 +416,7 @@ class _WorkerEnvs:
         done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
-        for local, obs in done:
-            self._emit(local, obs, items)
+        self._emit_all(done, items, (None, rewards, terminations, truncations, infos))
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
 
     def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:
