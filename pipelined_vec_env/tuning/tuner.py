@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from ..batching import batch_slice
 from ..vector_env import PipelinedVectorEnv
 from ..workers.spinning import usable_cores
 from .layout_model import Costs, Layout, rank
+from .result import TuneResult, record_rounds, table_rows, tune_result
 from .selection import choose, rate, runoff, survivors
 
 __all__ = ["NICED_WORKERS", "TuneResult", "measure_layout", "tune"]
@@ -42,58 +43,6 @@ _MODES = ("staged", "decoupled")
 NICED_WORKERS = 10
 # chosen by tune, so not accepted in env_kwargs
 _LAYOUT_KWARGS = ("num_stages", "envs_per_worker")
-
-
-@dataclass
-class TuneResult:
-    """The layout `tune` chose, with every layout it considered.
-
-    Attributes:
-        mode: ``"staged"`` (a round robin over stages with ``step_async``/``step_wait``)
-            or ``"decoupled"`` (``async_reset``/``recv``/``send``).
-        kwargs: Keyword arguments for `PipelinedVectorEnv` (``num_stages``,
-            ``envs_per_worker``, ``worker_nice`` where the env has it, and the
-            ``env_kwargs`` passed to `tune`).
-        batch_size: The ``recv`` batch size in decoupled mode; None when staged.
-        predicted_steps_per_s: The model's env steps/s for the chosen layout.
-        measured_steps_per_s: Env steps/s of its short verification runs, the median over
-            its rounds (None if it was not run: ``verify_top=0`` or no time left).
-        table: One dict per layout considered, best predicted first: ``name``, ``mode``,
-            ``kwargs``, ``batch_size``, ``predicted``, ``measured`` (steps/s, the median
-            of ``rounds``; None where not run) and ``rounds`` (the env steps/s of each of
-            its verification runs, in order; empty where not run).
-        measurements: What the model was fed: ``step_ms`` (median, p90, p99 and mean of
-            the step time), ``cpu_fraction`` (mean), ``message_latency_us``,
-            ``message_cpu_us``, ``policy_ms`` (batch size -> wall ms), ``cores``,
-            ``slice_ms`` (the scheduler's time slice the model used; None off Linux).
-        seconds: Wall time `tune` took.
-    """
-
-    mode: str
-    kwargs: dict[str, Any]
-    batch_size: int | None
-    predicted_steps_per_s: float
-    measured_steps_per_s: float | None
-    table: list[dict[str, Any]]
-    measurements: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def format_table(self) -> str:
-        """The table as aligned text, the chosen layout marked with ``*``."""
-        names = []
-        for row in self.table:
-            chosen = (
-                row["mode"] == self.mode
-                and row["batch_size"] == self.batch_size
-                and row["kwargs"] == self.kwargs
-            )
-            names.append(row["name"] + (" *" if chosen else ""))
-        width = max([len("layout"), *map(len, names)])
-        lines = [f"{'layout':<{width}} {'predicted':>10} {'measured':>10}"]
-        for name, row in zip(names, self.table, strict=True):
-            measured = "-" if row["measured"] is None else f"{row['measured']:.0f}"
-            lines.append(f"{name:<{width}} {row['predicted']:>10.0f} {measured:>10}")
-        return "\n".join(lines)
 
 
 class _Budget:
@@ -590,7 +539,7 @@ def tune(
             ``worker_threads`` ...), used for every vector env and returned in ``kwargs``.
 
     Returns:
-        A [`TuneResult`][pipelined_vec_env.tuning.tuner.TuneResult].
+        A [`TuneResult`][pipelined_vec_env.tuning.result.TuneResult].
 
     Raises:
         ValueError: A bad argument (checked before any worker starts), or a policy that
@@ -657,35 +606,14 @@ def tune(
             for layout in layouts
         ]
         ranked = rank(layouts, costs, seed=search.seed)
-        table = [
-            {
-                "name": layout.name,
-                "mode": layout.mode,
-                "kwargs": _kwargs(layout, search.env_kwargs),
-                "batch_size": layout.batch_size,
-                "predicted": predicted,
-                "measured": None,
-                "rounds": [],
-            }
-            for layout, predicted in ranked
-        ]
+        table = table_rows(ranked, search.env_kwargs)
         # phase 3: verify the best few, and those the model cannot tell apart
         verification = _Verification(vector_envs, policy, budget, search, start_cost, n)
         winner = _verify(verification, ranked, nices, search, table)
     finally:
         vector_envs.close()
 
-    best = table[0] if winner is None else next(r for r in table if r["name"] == winner.name)
-    return TuneResult(
-        mode=best["mode"],
-        kwargs=dict(best["kwargs"]),
-        batch_size=best["batch_size"],
-        predicted_steps_per_s=best["predicted"],
-        measured_steps_per_s=best["measured"],
-        table=table,
-        measurements=summary,
-        seconds=budget.elapsed(),
-    )
+    return tune_result(table, winner, summary, budget.elapsed())
 
 
 @dataclass(frozen=True)
@@ -966,10 +894,7 @@ def _verify(
     if close and left >= sum(verification.expected_seconds(k) for k in close) + 0.5:
         for layout in close[::-1] if search.verify_rounds % 2 == 1 else close:
             verification.run_once(layout)
-    for layout, rounds in verification.per_round().items():
-        row = next(r for r in table if r["name"] == layout.name)
-        row["measured"] = rate(rounds)
-        row["rounds"] = rounds
+    record_rounds(table, verification.per_round())
     # among layouts the rounds cannot separate, the workers at the caller's priority
     final = verification.in_race(racing)
     return choose(final, prefer=lambda k: k.worker_nice is not None) if final else None
@@ -1022,12 +947,3 @@ def _same_workers(layout: Layout, built: Layout) -> bool:
     if layout.mode == "decoupled":
         return built.envs_per_worker == 1  # stages do not matter to send/recv
     return (layout.num_stages, layout.envs_per_worker) == (built.num_stages, built.envs_per_worker)
-
-
-def _kwargs(layout: Layout, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "num_stages": layout.num_stages,
-        "envs_per_worker": layout.envs_per_worker,
-        "worker_nice": env_kwargs.get("worker_nice", layout.worker_nice),
-        **{k: v for k, v in env_kwargs.items() if k != "worker_nice"},
-    }
