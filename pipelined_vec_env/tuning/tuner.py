@@ -13,14 +13,12 @@ configurations instead; predicting first keeps the measured runs to a few.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,8 @@ from gymnasium import Env
 
 from ..batching import batch_slice
 from ..vector_env import PipelinedVectorEnv
-from ..workers.spinning import usable_cores
+from .arguments import MODES, TuneArguments, check_tune_arguments, positive_seconds
+from .candidates import NICED_WORKERS, candidate_layouts, policy_sizes, with_nices, worker_nices
 from .layout_model import Costs, Layout, rank
 from .result import TuneResult, record_rounds, table_rows, tune_result
 from .selection import choose, rate, runoff, survivors
@@ -36,13 +35,6 @@ from .selection import choose, rate, runoff, survivors
 __all__ = ["NICED_WORKERS", "TuneResult", "measure_layout", "tune"]
 
 logger = logging.getLogger(__name__)
-
-_MODES = ("staged", "decoupled")
-#: The workers' nice value `tune` also considers when the envs oversubscribe the cores
-#: (measured on the overlap benchmark's workload: see ``docs/benchmarks_rollout.md``).
-NICED_WORKERS = 10
-# chosen by tune, so not accepted in env_kwargs
-_LAYOUT_KWARGS = ("num_stages", "envs_per_worker")
 
 
 class _Budget:
@@ -55,59 +47,6 @@ class _Budget:
 
     def left(self) -> float:
         return self.seconds - self.elapsed()
-
-
-def _check_ints(name: str, values: Any, low: int, high: int | None) -> tuple[int, ...] | None:
-    if values is None:
-        return None
-    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
-    bad = [
-        v
-        for v in values
-        if isinstance(v, bool)
-        or not isinstance(v, (int, np.integer))
-        or v < low
-        or (high is not None and v > high)
-    ]
-    if not values or bad:
-        span = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name}: expected a non-empty sequence of ints in {span}, got {values!r}")
-    return tuple(sorted({int(v) for v in values}))
-
-
-def _positive(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not 0 < value < math.inf
-    ):
-        raise ValueError(f"{name}: expected finite seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _powers_of_two(n: int) -> list[int]:
-    values = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
-    return sorted({*values, n})
-
-
-def _candidates(
-    num_envs: int,
-    modes: tuple[str, ...],
-    num_stages: tuple[int, ...] | None,
-    envs_per_worker: tuple[int, ...] | None,
-    batch_sizes: tuple[int, ...] | None,
-) -> list[Layout]:
-    layouts: list[Layout] = []
-    if "staged" in modes:
-        for s in num_stages or _powers_of_two(num_envs):
-            stage_size = math.ceil(num_envs / s)
-            per_worker = envs_per_worker or (1, stage_size)
-            for e in sorted({min(e, stage_size) for e in per_worker}):
-                layouts.append(Layout("staged", s, e))
-    if "decoupled" in modes:
-        for b in batch_sizes or _powers_of_two(num_envs):
-            layouts.append(Layout("decoupled", 1, 1, b))
-    return list(dict.fromkeys(layouts))
 
 
 def _noop(env: Env) -> None:
@@ -448,7 +387,7 @@ def tune(
     policy: Callable[[Any], Any],
     *,
     max_seconds: float = 60.0,
-    modes: Sequence[str] = _MODES,
+    modes: Sequence[str] = MODES,
     num_stages: Sequence[int] | None = None,
     envs_per_worker: Sequence[int] | None = None,
     batch_sizes: Sequence[int] | None = None,
@@ -556,8 +495,8 @@ def tune(
         >>> result.mode in ("staged", "decoupled"), result.seconds < 30
         (True, True)
     """
-    budget = _Budget(_positive("max_seconds", max_seconds))
-    env_fns, search = _check_tune_arguments(
+    budget = _Budget(positive_seconds("max_seconds", max_seconds))
+    env_fns, search = check_tune_arguments(
         env_fns,
         policy,
         modes=modes,
@@ -577,7 +516,7 @@ def tune(
         env_kwargs=env_kwargs,
     )
     n = len(env_fns)
-    layouts = _candidates(
+    layouts = candidate_layouts(
         n, search.modes, search.num_stages, search.envs_per_worker, search.batch_sizes
     )
     vector_envs = _VectorEnvs(env_fns, search.env_kwargs)  # each kept for every round
@@ -590,7 +529,7 @@ def tune(
         costs, summary = _measure(
             probe,
             policy,
-            _policy_sizes(n, layouts),
+            policy_sizes(n, layouts),
             search.cores,
             search.probe_steps,
             share,
@@ -598,13 +537,9 @@ def tune(
             max(1.0, budget.left()),
         )
         # phase 2: predict (worker priority a dimension where the envs oversubscribe cores)
-        nices = _worker_nices(search, n * summary["cpu_fraction"], costs.cores)
+        nices = worker_nices(search, n * summary["cpu_fraction"], costs.cores)
         summary["worker_nice_considered"] = list(nices)
-        layouts = [
-            layout if nice is None else dataclasses.replace(layout, worker_nice=nice)
-            for nice in nices
-            for layout in layouts
-        ]
+        layouts = with_nices(layouts, nices)
         ranked = rank(layouts, costs, seed=search.seed)
         table = table_rows(ranked, search.env_kwargs)
         # phase 3: verify the best few, and those the model cannot tell apart
@@ -614,136 +549,6 @@ def tune(
         vector_envs.close()
 
     return tune_result(table, winner, summary, budget.elapsed())
-
-
-@dataclass(frozen=True)
-class _Search:
-    """`tune`'s arguments, checked (the sequences sorted, without repeats)."""
-
-    modes: tuple[str, ...]
-    num_stages: tuple[int, ...] | None
-    envs_per_worker: tuple[int, ...] | None
-    batch_sizes: tuple[int, ...] | None
-    verify_top: int
-    verify_close: float
-    verify_rounds: int
-    verify_max: int
-    worker_nice: tuple[int | str | None, ...] | None
-    probe_steps: int
-    probe_seconds: float
-    verify_seconds: float
-    cores: int
-    seed: int
-    env_kwargs: dict[str, Any]
-
-
-def _check_tune_arguments(
-    env_fns: Any, policy: Any, *, modes: Any, cores: Any, env_kwargs: Any, **kw: Any
-) -> tuple[list[Callable[[], Env]], _Search]:
-    """`tune`'s arguments checked, in the order of its signature, before any worker starts.
-
-    Raises:
-        ValueError: The first bad argument, named.
-    """
-    env_fns = list(env_fns) if isinstance(env_fns, Sequence) else env_fns
-    if not isinstance(env_fns, list) or not env_fns or not all(callable(f) for f in env_fns):
-        raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
-    if not callable(policy):
-        raise ValueError(f"policy: expected a callable policy(obs) -> actions, got {policy!r}")
-    n = len(env_fns)
-    modes = tuple(modes) if not isinstance(modes, str) else (modes,)
-    if not modes or any(m not in _MODES for m in modes):
-        raise ValueError(f"modes: expected a non-empty subset of {_MODES}, got {modes!r}")
-    stage_counts = _check_ints("num_stages", kw["num_stages"], 1, n)
-    per_worker = _check_ints("envs_per_worker", kw["envs_per_worker"], 1, None)
-    sizes = _check_ints("batch_sizes", kw["batch_sizes"], 1, n)
-    _check_ints("verify_top", kw["verify_top"], 0, None)
-    _check_ints("verify_rounds", kw["verify_rounds"], 1, None)
-    _check_ints("verify_max", kw["verify_max"], 1, None)
-    verify_close = kw["verify_close"]
-    if (
-        isinstance(verify_close, bool)
-        or not isinstance(verify_close, (int, float, np.integer, np.floating))
-        or not 0 <= verify_close < 1
-    ):
-        raise ValueError(f"verify_close: expected a fraction in [0, 1), got {verify_close!r}")
-    nices = _check_nices(kw["worker_nice"])
-    _check_ints("probe_steps", kw["probe_steps"], 1, None)
-    probe_seconds = _positive("probe_seconds", kw["probe_seconds"])
-    verify_seconds = _positive("verify_seconds", kw["verify_seconds"])
-    if cores is not None:
-        _check_ints("cores", cores, 1, None)
-    env_kwargs = dict(env_kwargs or {})
-    accepted = inspect.signature(PipelinedVectorEnv).parameters
-    unknown = [k for k in env_kwargs if k not in accepted or k == "env_fns"]
-    chosen = [k for k in env_kwargs if k in _LAYOUT_KWARGS]
-    if unknown or chosen:
-        raise ValueError(
-            f"env_kwargs: expected PipelinedVectorEnv arguments other than env_fns, "
-            f"num_stages and envs_per_worker, got {sorted(unknown + chosen)}"
-        )
-    if env_kwargs.get("backend", "multiprocessing") != "multiprocessing":
-        raise ValueError("env_kwargs: tune supports backend='multiprocessing' only")
-    return env_fns, _Search(
-        modes=modes,
-        num_stages=stage_counts,
-        envs_per_worker=per_worker,
-        batch_sizes=sizes,
-        verify_top=kw["verify_top"],
-        verify_close=verify_close,
-        verify_rounds=kw["verify_rounds"],
-        verify_max=kw["verify_max"],
-        worker_nice=nices,
-        probe_steps=kw["probe_steps"],
-        probe_seconds=probe_seconds,
-        verify_seconds=verify_seconds,
-        cores=int(cores) if cores is not None else usable_cores(),
-        seed=kw["seed"],
-        env_kwargs=env_kwargs,
-    )
-
-
-def _check_nices(worker_nice: Any) -> tuple[int | str | None, ...] | None:
-    """``worker_nice`` as a tuple without repeats (None: `tune` decides)."""
-    if worker_nice is None:
-        return None
-    values = tuple(worker_nice) if isinstance(worker_nice, (list, tuple)) else (worker_nice,)
-    if not values or not all(
-        v is None
-        or v == "idle"
-        or (not isinstance(v, bool) and isinstance(v, (int, np.integer)) and -20 <= v <= 19)
-        for v in values
-    ):
-        raise ValueError(
-            f"worker_nice: expected a non-empty sequence of None, 'idle' or ints in "
-            f"[-20, 19], got {worker_nice!r}"
-        )
-    return tuple(dict.fromkeys(v if v is None or v == "idle" else int(v) for v in values))
-
-
-def _policy_sizes(num_envs: int, layouts: list[Layout]) -> list[int]:
-    """The batch sizes the policy is timed at: those the layouts call it with."""
-    return sorted(
-        {
-            *(b for layout in layouts if layout.batch_size for b in (layout.batch_size,)),
-            *(math.ceil(num_envs / layout.num_stages) for layout in layouts),
-            *(num_envs // layout.num_stages for layout in layouts),
-            1,
-            num_envs,
-        }
-    )
-
-
-def _worker_nices(search: _Search, demand: float, cores: float) -> tuple[int | str | None, ...]:
-    """The workers' nice values to predict: ``worker_nice`` as given; else
-    `NICED_WORKERS` too when the envs' CPU ``demand`` (cores) reaches the ``cores`` got."""
-    if "worker_nice" in search.env_kwargs:
-        return (None,)
-    if search.worker_nice is not None:
-        return search.worker_nice
-    # against the cores we got (at least one: a tiny share measured in a loaded moment must
-    # not make sleeping envs look CPU-bound)
-    return (None, NICED_WORKERS) if demand >= max(1.0, cores) else (None,)
 
 
 # the layout `tune` measures on: one env per worker, which decoupled mode uses too
@@ -789,7 +594,7 @@ class _Verification:
         vector_envs: _VectorEnvs,
         policy: Callable[[Any], Any],
         budget: _Budget,
-        search: _Search,
+        search: TuneArguments,
         start_cost: float,
         num_envs: int,
     ) -> None:
@@ -853,7 +658,7 @@ def _verify(
     verification: _Verification,
     ranked: list[tuple[Layout, float]],
     nices: tuple[int | str | None, ...],
-    search: _Search,
+    search: TuneArguments,
     table: list[dict[str, Any]],
 ) -> Layout | None:
     """Phase 3 of `tune`: the verification rounds, their rates written into ``table``;
