@@ -3,7 +3,8 @@
 ``pool.WorkerPool`` sends commands to every worker and waits on answers and process
 sentinels together; ``worker`` is the serve loop a worker runs (``step_profile``: its envs
 stepped serially or on its threads); ``worker_handle`` (one
-process) and ``ray_backend`` (one Ray actor) are the two backends; ``protocol`` the typed
+process; ``process_backend`` its waits on many) and ``ray_backend`` (one Ray actor) are the
+two backends; ``protocol`` the typed
 commands, ``transport``/``slots`` the wire (pipes and shared-memory slots), ``spinning`` and
 ``waiting`` the bounded waits, ``failures`` what a dead or failing worker becomes.
 
