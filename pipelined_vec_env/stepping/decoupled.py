@@ -27,11 +27,11 @@ from ..errors import WaitTimeoutError, WorkerCrashedError
 from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
+from ..workers.process_backend import ProcessBackend
 from ..workers.protocol import Answer, Command, Crashed, Ok
 from ..workers.slots import SlotRead, all_true, read_step
 from ..workers.spinning import SpinGate, hand_over_core
 from ..workers.waiting import deadline_after, remaining
-from ..workers.worker_handle import ProcessBackend
 from .ready_results import ReadyResults, joined, joined_infos, rows_of
 
 __all__ = ["DecoupledState"]

@@ -12,486 +12,28 @@ configurations instead; predicting first keeps the measured runs to a few.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import logging
-import math
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from gymnasium import Env
 
-from ..batching import batch_slice
 from ..vector_env import PipelinedVectorEnv
-from ..workers.spinning import usable_cores
+from .arguments import MODES, TuneArguments, check_tune_arguments, positive_seconds
+from .candidates import NICED_WORKERS, candidate_layouts, policy_sizes, with_nices, worker_nices
 from .layout_model import Costs, Layout, rank
-from .selection import choose, rate, runoff, survivors
+from .measurement import measure_costs
+from .result import TuneResult, table_rows, tune_result
+from .verification import (
+    PROBE_LAYOUT,
+    Budget,
+    VectorEnvs,
+    Verification,
+    measure_layout,
+    verify,
+)
 
 __all__ = ["NICED_WORKERS", "TuneResult", "measure_layout", "tune"]
-
-logger = logging.getLogger(__name__)
-
-_MODES = ("staged", "decoupled")
-#: The workers' nice value `tune` also considers when the envs oversubscribe the cores
-#: (measured on the overlap benchmark's workload: see ``docs/benchmarks_rollout.md``).
-NICED_WORKERS = 10
-# chosen by tune, so not accepted in env_kwargs
-_LAYOUT_KWARGS = ("num_stages", "envs_per_worker")
-
-
-@dataclass
-class TuneResult:
-    """The layout `tune` chose, with every layout it considered.
-
-    Attributes:
-        mode: ``"staged"`` (a round robin over stages with ``step_async``/``step_wait``)
-            or ``"decoupled"`` (``async_reset``/``recv``/``send``).
-        kwargs: Keyword arguments for `PipelinedVectorEnv` (``num_stages``,
-            ``envs_per_worker``, ``worker_nice`` where the env has it, and the
-            ``env_kwargs`` passed to `tune`).
-        batch_size: The ``recv`` batch size in decoupled mode; None when staged.
-        predicted_steps_per_s: The model's env steps/s for the chosen layout.
-        measured_steps_per_s: Env steps/s of its short verification runs, the median over
-            its rounds (None if it was not run: ``verify_top=0`` or no time left).
-        table: One dict per layout considered, best predicted first: ``name``, ``mode``,
-            ``kwargs``, ``batch_size``, ``predicted``, ``measured`` (steps/s, the median
-            of ``rounds``; None where not run) and ``rounds`` (the env steps/s of each of
-            its verification runs, in order; empty where not run).
-        measurements: What the model was fed: ``step_ms`` (median, p90, p99 and mean of
-            the step time), ``cpu_fraction`` (mean), ``message_latency_us``,
-            ``message_cpu_us``, ``policy_ms`` (batch size -> wall ms), ``cores``,
-            ``slice_ms`` (the scheduler's time slice the model used; None off Linux).
-        seconds: Wall time `tune` took.
-    """
-
-    mode: str
-    kwargs: dict[str, Any]
-    batch_size: int | None
-    predicted_steps_per_s: float
-    measured_steps_per_s: float | None
-    table: list[dict[str, Any]]
-    measurements: dict[str, Any] = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def format_table(self) -> str:
-        """The table as aligned text, the chosen layout marked with ``*``."""
-        names = []
-        for row in self.table:
-            chosen = (
-                row["mode"] == self.mode
-                and row["batch_size"] == self.batch_size
-                and row["kwargs"] == self.kwargs
-            )
-            names.append(row["name"] + (" *" if chosen else ""))
-        width = max([len("layout"), *map(len, names)])
-        lines = [f"{'layout':<{width}} {'predicted':>10} {'measured':>10}"]
-        for name, row in zip(names, self.table, strict=True):
-            measured = "-" if row["measured"] is None else f"{row['measured']:.0f}"
-            lines.append(f"{name:<{width}} {row['predicted']:>10.0f} {measured:>10}")
-        return "\n".join(lines)
-
-
-class _Budget:
-    def __init__(self, seconds: float) -> None:
-        self.start = time.perf_counter()
-        self.seconds = seconds
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def left(self) -> float:
-        return self.seconds - self.elapsed()
-
-
-def _check_ints(name: str, values: Any, low: int, high: int | None) -> tuple[int, ...] | None:
-    if values is None:
-        return None
-    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
-    bad = [
-        v
-        for v in values
-        if isinstance(v, bool)
-        or not isinstance(v, (int, np.integer))
-        or v < low
-        or (high is not None and v > high)
-    ]
-    if not values or bad:
-        span = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name}: expected a non-empty sequence of ints in {span}, got {values!r}")
-    return tuple(sorted({int(v) for v in values}))
-
-
-def _positive(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not 0 < value < math.inf
-    ):
-        raise ValueError(f"{name}: expected finite seconds > 0, got {value!r}")
-    return float(value)
-
-
-def _powers_of_two(n: int) -> list[int]:
-    values = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
-    return sorted({*values, n})
-
-
-def _candidates(
-    num_envs: int,
-    modes: tuple[str, ...],
-    num_stages: tuple[int, ...] | None,
-    envs_per_worker: tuple[int, ...] | None,
-    batch_sizes: tuple[int, ...] | None,
-) -> list[Layout]:
-    layouts: list[Layout] = []
-    if "staged" in modes:
-        for s in num_stages or _powers_of_two(num_envs):
-            stage_size = math.ceil(num_envs / s)
-            per_worker = envs_per_worker or (1, stage_size)
-            for e in sorted({min(e, stage_size) for e in per_worker}):
-                layouts.append(Layout("staged", s, e))
-    if "decoupled" in modes:
-        for b in batch_sizes or _powers_of_two(num_envs):
-            layouts.append(Layout("decoupled", 1, 1, b))
-    return list(dict.fromkeys(layouts))
-
-
-def _noop(env: Env) -> None:
-    """Called in a worker to time one command round trip."""
-    return None
-
-
-def _worker_cpu(env: Env) -> tuple[float, float]:
-    """Called in a worker: its CPU time and its time spent runnable but waiting for a core,
-    so far (seconds). The wait comes from Linux's ``/proc/self/schedstat`` (0 elsewhere)."""
-    try:
-        with open("/proc/self/schedstat") as f:
-            on_cpu, waiting = (int(x) for x in f.read().split()[:2])
-        return on_cpu * 1e-9, waiting * 1e-9
-    except (OSError, ValueError):
-        return time.process_time(), 0.0
-
-
-def _autogroup() -> bool:
-    """Whether Linux shares CPU time between sessions first (``sched_autogroup_enabled``)."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
-
-
-def _scheduler_slice() -> float | None:
-    """Linux's time slice for nice-0 tasks (EEVDF's ``base_slice``, CFS's minimum
-    granularity): 0.75 ms times ``1 + log2(cpus)``, cpus capped at 8 (the kernel's default
-    logarithmic scaling); None off Linux (the model then shares cores continuously)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    cpus = min(os.cpu_count() or 1, 8)
-    return 0.75e-3 * (1 + int(math.log2(cpus)))
-
-
-def _check_policy_output(actions: Any, n: int, envs: PipelinedVectorEnv) -> None:
-    space = envs.single_action_space
-    first = actions
-    while isinstance(first, dict) and first:  # a Dict action batch: its first entry
-        first = next(iter(first.values()))
-    try:
-        ok = len(first) == n  # type: ignore[arg-type]
-    except TypeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"policy: expected a batch of {n} actions of {space} (first axis = the "
-            f"observations given), got {type(actions).__name__} "
-            f"{getattr(actions, 'shape', '')}"
-        )
-
-
-def _time_policy(
-    policy: Callable[[Any], Any],
-    envs: PipelinedVectorEnv,
-    obs: Any,
-    sizes: list[int],
-    seconds: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Median wall and CPU seconds of one policy call at each batch size."""
-    space = envs.single_observation_space
-    walls, cpus = [], []
-    per_size = seconds / max(1, len(sizes))
-    for b in sizes:
-        batch = batch_slice(space, obs, slice(0, b))
-        _check_policy_output(policy(batch), b, envs)  # also a warm-up
-        wall_samples, cpu_samples = [], []
-        start = time.perf_counter()
-        while len(wall_samples) < 3 or (
-            len(wall_samples) < 50 and time.perf_counter() - start < per_size
-        ):
-            t0, c0 = time.perf_counter(), time.process_time()
-            policy(batch)
-            wall_samples.append(time.perf_counter() - t0)
-            cpu_samples.append(time.process_time() - c0)
-        walls.append(float(np.median(wall_samples)))
-        cpus.append(float(np.median(cpu_samples)))
-    return np.array(walls), np.array(cpus)
-
-
-def _timed_steps(env: Env, max_steps: int, seconds: float, seed: int) -> np.ndarray:
-    """Called in a worker: step its env with random actions (resetting at episode ends, as
-    an autoreset would) for ``max_steps`` steps or ``seconds``, whichever comes first.
-
-    Returns:
-        float64 ``(steps, 3)``: each step's CPU time, time runnable but waiting for a core,
-        and wall time (seconds).
-    """
-    env.action_space.seed(seed)
-    rows = []
-    end = time.perf_counter() + seconds
-    wait = _worker_cpu(env)[1]
-    while len(rows) < max_steps and (len(rows) < 2 or time.perf_counter() < end):
-        action = env.action_space.sample()
-        t0, c0 = time.perf_counter(), time.process_time()
-        _, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            env.reset()
-        c1, t1 = time.process_time(), time.perf_counter()
-        waited = _worker_cpu(env)[1]
-        rows.append((c1 - c0, waited - wait, t1 - t0))
-        wait = waited
-    return np.array(rows, dtype=np.float64).reshape(-1, 3)
-
-
-def _message_costs(
-    envs: PipelinedVectorEnv, policy: Callable[[Any], Any], obs: Any, probe_seconds: float
-) -> tuple[float, float, np.ndarray]:
-    """The round-trip latency of a no-op command to one worker (wall seconds), the caller's
-    CPU per worker message (seconds, less the policy's own) and each worker's CPU per
-    ``step()`` round (seconds, ``(workers,)``)."""
-    n = envs.num_envs
-    for _ in range(3):
-        envs.call_at([0], _noop)
-    trips = []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        envs.call_at([0], _noop)
-        trips.append(time.perf_counter() - t0)
-    latency = float(np.median(trips))
-    # whole step() rounds on the policy's own actions (their dtype and layout decide the
-    # path they take to the workers: an action batch that does not match the action
-    # space's dtype goes pickled, costing both sides more)
-    actions = policy(obs)
-    _check_policy_output(actions, n, envs)
-    obs, *_ = envs.step(actions)
-    before = np.array(envs.call(_worker_cpu))
-    c0, rounds, policy_cpu_in_rounds = time.process_time(), 0, 0.0
-    t_end = time.perf_counter() + min(0.3, probe_seconds / 4)
-    while rounds < 3 or (rounds < 200 and time.perf_counter() < t_end):
-        p0 = time.process_time()
-        actions = policy(obs)
-        policy_cpu_in_rounds += time.process_time() - p0
-        obs, *_ = envs.step(actions)
-        rounds += 1
-    caller_cpu = max(0.0, time.process_time() - c0 - policy_cpu_in_rounds)
-    message_cpu = caller_cpu / rounds / (n + 1)
-    in_rounds = (np.array(envs.call(_worker_cpu)) - before)[:, 0] / rounds
-    return latency, message_cpu, in_rounds
-
-
-def _core_share(
-    cores: int,
-    step_cpu: list[np.ndarray],
-    step_wait: list[np.ndarray],
-    step_sleep: list[np.ndarray],
-    step_wall: list[np.ndarray],
-) -> tuple[float, float, float]:
-    """From the probe's steps (seconds, one array per env): the share of the time runnable
-    the envs ran, the other processes' load (always-busy tasks) and the cores we got."""
-    # other processes' load, as always-busy tasks sharing the cores: during the probe our
-    # k runnable envs each ran a share `got` of the time they were runnable; equal sharing
-    # gives got = cores / (k + load). Only CPU-dominated steps tell: a mostly sleeping
-    # step's wait is a wake-up latency, not a share of a core.
-    n = len(step_cpu)
-    cpu_all, wait_all, sleep_all = (np.concatenate(x) for x in (step_cpu, step_wait, step_sleep))
-    busy = cpu_all >= sleep_all
-    cpu_total, wait_total = float(cpu_all[busy].sum()), float(wait_all[busy].sum())
-    wall_total = float(sum(w.sum() for w in step_wall))
-    got = cpu_total / (cpu_total + wait_total) if busy.mean() >= 0.1 and cpu_total > 0 else 1.0
-    k_runnable = n * float((cpu_all + wait_all).sum()) / max(wall_total, 1e-9)
-    background = max(0.0, cores / max(got, 1e-3) - k_runnable) if got < 0.95 else 0.0
-    effective_cores = float(cores)
-    if background > 0 and _autogroup():
-        # Linux autogroup: CPU is shared between sessions first, so this process and its
-        # workers get one session's share however many tasks they run: fewer cores, no
-        # foreign tasks. The probe's envs ran at once, so their CPU rate is that share.
-        span = float(np.median([w.sum() for w in step_wall]))
-        effective_cores = float(np.clip(cpu_all.sum() / max(span, 1e-9), 0.05, cores))
-        background = 0.0
-    return got, background, effective_cores
-
-
-def _stats(x: np.ndarray) -> dict[str, float]:
-    return {
-        "median": float(np.median(x)),
-        "p90": float(np.percentile(x, 90)),
-        "p99": float(np.percentile(x, 99)),
-        "mean": float(x.mean()),
-    }
-
-
-def _measure(
-    envs: PipelinedVectorEnv,
-    policy: Callable[[Any], Any],
-    sizes: list[int],
-    cores: int,
-    probe_steps: int,
-    probe_seconds: float,
-    seed: int,
-    timeout: float,
-) -> tuple[Costs, dict[str, Any]]:
-    """Phase 1 of `tune`: the model's `Costs`, and the summary of them `TuneResult` keeps."""
-    reset_obs, _ = envs.reset(seed=seed)
-    latency, message_cpu, in_rounds = _message_costs(envs, policy, reset_obs, probe_seconds)
-    # each env's steps, timed inside its worker (all at once, as the loops run them)
-    envs.call_async(_timed_steps, probe_steps, probe_seconds, seed)
-    timed = envs.call_wait(timeout=timeout)
-    envs.reset(seed=seed)
-    step_cpu = [np.maximum(t[:, 0], 0.0) for t in timed]
-    step_wait = [np.maximum(t[:, 1], 0.0) for t in timed]
-    step_wall = [t[:, 2] for t in timed]
-    step_sleep = [
-        np.maximum(w - c - q, 0.0) for w, c, q in zip(step_wall, step_cpu, step_wait, strict=True)
-    ]
-    worker_message_cpu = max(0.0, float(np.mean(in_rounds - [c.mean() for c in step_cpu])))
-    got, background, effective_cores = _core_share(
-        cores, step_cpu, step_wait, step_sleep, step_wall
-    )
-    policy_wall, policy_cpu = _time_policy(
-        policy, envs, reset_obs, sizes, min(1.0, probe_seconds / 2)
-    )
-    costs = Costs(
-        step_cpu=step_cpu,
-        step_sleep=step_sleep,
-        message_latency=max(0.0, latency - 2 * message_cpu),
-        message_cpu=message_cpu,
-        policy_batch_sizes=np.array(sizes),
-        policy_wall=policy_wall,
-        policy_cpu=policy_cpu,
-        cores=effective_cores,
-        background_load=background,
-        worker_message_cpu=worker_message_cpu,
-        caller_nice=os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0,
-        slice_seconds=_scheduler_slice(),
-    )
-    work = np.concatenate([c + z for c, z in zip(step_cpu, step_sleep, strict=True)]) * 1e3
-    wall = np.concatenate(step_wall) * 1e3
-    summary = {
-        "step_ms": {**_stats(wall), "samples": int(wall.size)},
-        "step_work_ms": _stats(work),
-        "cpu_fraction": float(np.concatenate(step_cpu).sum())
-        / max(float(work.sum()) * 1e-3, 1e-12),
-        "core_share": got,
-        "background_load": background,
-        "effective_cores": effective_cores,
-        "message_latency_us": latency * 1e6,
-        "message_cpu_us": message_cpu * 1e6,
-        "worker_message_cpu_us": worker_message_cpu * 1e6,
-        "policy_ms": {int(b): float(w * 1e3) for b, w in zip(sizes, policy_wall, strict=True)},
-        "policy_cpu_ms": {int(b): float(c * 1e3) for b, c in zip(sizes, policy_cpu, strict=True)},
-        "cores": cores,
-        "slice_ms": None if costs.slice_seconds is None else costs.slice_seconds * 1e3,
-    }
-    return costs, summary
-
-
-def measure_layout(
-    envs: PipelinedVectorEnv,
-    policy: Callable[[Any], Any],
-    *,
-    batch_size: int | None = None,
-    env_steps: int | None = None,
-    seconds: float | None = None,
-    timeout: float = 60.0,
-    seed: int = 0,
-) -> dict[str, float]:
-    """Run the single-caller loop that `tune` models and time it.
-
-    Staged (``batch_size=None``): every stage is stepped after a reset, then round robin:
-    ``step_wait(stage=s)``, ``policy(obs)``, ``step_async(actions, stage=s)``. Decoupled
-    (``batch_size=b``): ``async_reset``, then ``recv(b)``, ``policy(obs)``, ``send``.
-    One round of ``num_envs`` env steps is a warm-up and not timed; at the end, whatever is
-    in flight is collected, so ``envs`` can be reset and reused.
-
-    Args:
-        envs: The vector env (any layout).
-        policy: ``policy(obs) -> actions``, numpy batches in and out, in this thread.
-        batch_size: None for the staged loop, else the ``recv`` batch size.
-        env_steps: Timed env steps (rounded up to whole policy calls).
-        seconds: Or: time the loop for this long (one of the two is needed).
-        timeout: Bound of every wait (seconds).
-        seed: Reset seed.
-
-    Returns:
-        ``{"steps": env steps timed, "seconds": their wall time, "steps_per_s": ...}``.
-
-    Raises:
-        ValueError: Neither or both of ``env_steps`` and ``seconds``; a bad ``batch_size``.
-        WaitTimeoutError: A wait took longer than ``timeout``.
-    """
-    if (env_steps is None) == (seconds is None):
-        raise ValueError("measure_layout: pass exactly one of env_steps and seconds")
-    n = envs.num_envs
-    if batch_size is not None and not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size: expected None or an int in [1, {n}], got {batch_size!r}")
-    warmup = n
-    counted, start = 0, None
-    total = -warmup
-
-    def more() -> bool:
-        if start is None:
-            return True
-        if env_steps is not None:
-            return counted < env_steps
-        return time.perf_counter() - start < seconds
-
-    if batch_size is None:
-        obs, _ = envs.reset(seed=seed)
-        space = envs.single_observation_space
-        for s, envs_slice in enumerate(envs.stage_slices):
-            envs.step_async(policy(batch_slice(space, obs, envs_slice)), stage=s)
-        s = 0
-        while more():
-            obs_s, *_ = envs.step_wait(stage=s, timeout=timeout)
-            total += envs.stage_slices[s].stop - envs.stage_slices[s].start
-            if start is None and total >= 0:
-                start = time.perf_counter()
-            elif start is not None:
-                counted = total
-            envs.step_async(policy(obs_s), stage=s)
-            s = (s + 1) % envs.num_stages
-        end = time.perf_counter()
-        for k in range(envs.num_stages):
-            envs.step_wait(stage=(s + k) % envs.num_stages, timeout=timeout)
-    else:
-        envs.async_reset(seed=seed)
-        while more():
-            obs, _, _, _, infos = envs.recv(batch_size, timeout=timeout)
-            ids = infos["env_id"]
-            total += len(ids)
-            if start is None and total >= 0:
-                start = time.perf_counter()
-            elif start is not None:
-                counted = total
-            envs.send(policy(obs), ids)
-        end = time.perf_counter()
-        envs.recv(n, timeout=timeout)
-    assert start is not None
-    elapsed = max(end - start, 1e-9)
-    return {"steps": float(counted), "seconds": elapsed, "steps_per_s": counted / elapsed}
 
 
 def tune(
@@ -499,7 +41,7 @@ def tune(
     policy: Callable[[Any], Any],
     *,
     max_seconds: float = 60.0,
-    modes: Sequence[str] = _MODES,
+    modes: Sequence[str] = MODES,
     num_stages: Sequence[int] | None = None,
     envs_per_worker: Sequence[int] | None = None,
     batch_sizes: Sequence[int] | None = None,
@@ -590,7 +132,7 @@ def tune(
             ``worker_threads`` ...), used for every vector env and returned in ``kwargs``.
 
     Returns:
-        A [`TuneResult`][pipelined_vec_env.tuning.tuner.TuneResult].
+        A [`TuneResult`][pipelined_vec_env.tuning.result.TuneResult].
 
     Raises:
         ValueError: A bad argument (checked before any worker starts), or a policy that
@@ -607,8 +149,8 @@ def tune(
         >>> result.mode in ("staged", "decoupled"), result.seconds < 30
         (True, True)
     """
-    budget = _Budget(_positive("max_seconds", max_seconds))
-    env_fns, search = _check_tune_arguments(
+    budget = Budget(positive_seconds("max_seconds", max_seconds))
+    env_fns, search = check_tune_arguments(
         env_fns,
         policy,
         modes=modes,
@@ -628,406 +170,64 @@ def tune(
         env_kwargs=env_kwargs,
     )
     n = len(env_fns)
-    layouts = _candidates(
+    layouts = candidate_layouts(
         n, search.modes, search.num_stages, search.envs_per_worker, search.batch_sizes
     )
-    vector_envs = _VectorEnvs(env_fns, search.env_kwargs)  # each kept for every round
+    vector_envs = VectorEnvs(env_fns, search.env_kwargs)  # each kept for every round
     try:
-        # phase 1: measure (one env per worker, the layout decoupled mode uses)
-        started = time.perf_counter()
-        probe = vector_envs.build(_PROBE_LAYOUT, budget.left())
-        start_cost = time.perf_counter() - started
-        share = min(search.probe_seconds, max(0.05, 0.2 * budget.left()))
-        costs, summary = _measure(
-            probe,
-            policy,
-            _policy_sizes(n, layouts),
-            search.cores,
-            search.probe_steps,
-            share,
-            search.seed,
-            max(1.0, budget.left()),
-        )
-        # phase 2: predict (worker priority a dimension where the envs oversubscribe cores)
-        nices = _worker_nices(search, n * summary["cpu_fraction"], costs.cores)
-        summary["worker_nice_considered"] = list(nices)
-        layouts = [
-            layout if nice is None else dataclasses.replace(layout, worker_nice=nice)
-            for nice in nices
-            for layout in layouts
-        ]
-        ranked = rank(layouts, costs, seed=search.seed)
-        table = [
-            {
-                "name": layout.name,
-                "mode": layout.mode,
-                "kwargs": _kwargs(layout, search.env_kwargs),
-                "batch_size": layout.batch_size,
-                "predicted": predicted,
-                "measured": None,
-                "rounds": [],
-            }
-            for layout, predicted in ranked
-        ]
-        # phase 3: verify the best few, and those the model cannot tell apart
-        verification = _Verification(vector_envs, policy, budget, search, start_cost, n)
-        winner = _verify(verification, ranked, nices, search, table)
+        probe, start_cost = _start_probe(vector_envs, budget)
+        costs, summary = _measure(probe, policy, layouts, search, budget)
+        ranked, nices = _predict(layouts, costs, summary, search, n)
+        table = table_rows(ranked, search.env_kwargs)
+        verification = Verification(vector_envs, policy, budget, search, start_cost, n)
+        winner = verify(verification, ranked, nices, search, table)
     finally:
         vector_envs.close()
+    return tune_result(table, winner, summary, budget.elapsed())
 
-    best = table[0] if winner is None else next(r for r in table if r["name"] == winner.name)
-    return TuneResult(
-        mode=best["mode"],
-        kwargs=dict(best["kwargs"]),
-        batch_size=best["batch_size"],
-        predicted_steps_per_s=best["predicted"],
-        measured_steps_per_s=best["measured"],
-        table=table,
-        measurements=summary,
-        seconds=budget.elapsed(),
+
+def _start_probe(vector_envs: VectorEnvs, budget: Budget) -> tuple[PipelinedVectorEnv, float]:
+    """Start the vector env phase 1 measures on (`PROBE_LAYOUT`, one env per worker: the
+    layout decoupled mode uses); returns it and the seconds its start took."""
+    started = time.perf_counter()
+    probe = vector_envs.build(PROBE_LAYOUT, budget.left())
+    return probe, time.perf_counter() - started
+
+
+def _measure(
+    probe: PipelinedVectorEnv,
+    policy: Callable[[Any], Any],
+    layouts: list[Layout],
+    search: TuneArguments,
+    budget: Budget,
+) -> tuple[Costs, dict[str, Any]]:
+    """Phase 1: the model's costs measured on ``probe`` (`measurement.measure_costs`), the
+    policy timed at the batch sizes ``layouts`` call it with, within a share of the time
+    left."""
+    share = min(search.probe_seconds, max(0.05, 0.2 * budget.left()))
+    return measure_costs(
+        probe,
+        policy,
+        policy_sizes(probe.num_envs, layouts),
+        search.cores,
+        search.probe_steps,
+        share,
+        search.seed,
+        max(1.0, budget.left()),
     )
 
 
-@dataclass(frozen=True)
-class _Search:
-    """`tune`'s arguments, checked (the sequences sorted, without repeats)."""
-
-    modes: tuple[str, ...]
-    num_stages: tuple[int, ...] | None
-    envs_per_worker: tuple[int, ...] | None
-    batch_sizes: tuple[int, ...] | None
-    verify_top: int
-    verify_close: float
-    verify_rounds: int
-    verify_max: int
-    worker_nice: tuple[int | str | None, ...] | None
-    probe_steps: int
-    probe_seconds: float
-    verify_seconds: float
-    cores: int
-    seed: int
-    env_kwargs: dict[str, Any]
-
-
-def _check_tune_arguments(
-    env_fns: Any, policy: Any, *, modes: Any, cores: Any, env_kwargs: Any, **kw: Any
-) -> tuple[list[Callable[[], Env]], _Search]:
-    """`tune`'s arguments checked, in the order of its signature, before any worker starts.
-
-    Raises:
-        ValueError: The first bad argument, named.
-    """
-    env_fns = list(env_fns) if isinstance(env_fns, Sequence) else env_fns
-    if not isinstance(env_fns, list) or not env_fns or not all(callable(f) for f in env_fns):
-        raise ValueError("env_fns: expected a non-empty sequence of callables returning envs")
-    if not callable(policy):
-        raise ValueError(f"policy: expected a callable policy(obs) -> actions, got {policy!r}")
-    n = len(env_fns)
-    modes = tuple(modes) if not isinstance(modes, str) else (modes,)
-    if not modes or any(m not in _MODES for m in modes):
-        raise ValueError(f"modes: expected a non-empty subset of {_MODES}, got {modes!r}")
-    stage_counts = _check_ints("num_stages", kw["num_stages"], 1, n)
-    per_worker = _check_ints("envs_per_worker", kw["envs_per_worker"], 1, None)
-    sizes = _check_ints("batch_sizes", kw["batch_sizes"], 1, n)
-    _check_ints("verify_top", kw["verify_top"], 0, None)
-    _check_ints("verify_rounds", kw["verify_rounds"], 1, None)
-    _check_ints("verify_max", kw["verify_max"], 1, None)
-    verify_close = kw["verify_close"]
-    if (
-        isinstance(verify_close, bool)
-        or not isinstance(verify_close, (int, float, np.integer, np.floating))
-        or not 0 <= verify_close < 1
-    ):
-        raise ValueError(f"verify_close: expected a fraction in [0, 1), got {verify_close!r}")
-    nices = _check_nices(kw["worker_nice"])
-    _check_ints("probe_steps", kw["probe_steps"], 1, None)
-    probe_seconds = _positive("probe_seconds", kw["probe_seconds"])
-    verify_seconds = _positive("verify_seconds", kw["verify_seconds"])
-    if cores is not None:
-        _check_ints("cores", cores, 1, None)
-    env_kwargs = dict(env_kwargs or {})
-    accepted = inspect.signature(PipelinedVectorEnv).parameters
-    unknown = [k for k in env_kwargs if k not in accepted or k == "env_fns"]
-    chosen = [k for k in env_kwargs if k in _LAYOUT_KWARGS]
-    if unknown or chosen:
-        raise ValueError(
-            f"env_kwargs: expected PipelinedVectorEnv arguments other than env_fns, "
-            f"num_stages and envs_per_worker, got {sorted(unknown + chosen)}"
-        )
-    if env_kwargs.get("backend", "multiprocessing") != "multiprocessing":
-        raise ValueError("env_kwargs: tune supports backend='multiprocessing' only")
-    return env_fns, _Search(
-        modes=modes,
-        num_stages=stage_counts,
-        envs_per_worker=per_worker,
-        batch_sizes=sizes,
-        verify_top=kw["verify_top"],
-        verify_close=verify_close,
-        verify_rounds=kw["verify_rounds"],
-        verify_max=kw["verify_max"],
-        worker_nice=nices,
-        probe_steps=kw["probe_steps"],
-        probe_seconds=probe_seconds,
-        verify_seconds=verify_seconds,
-        cores=int(cores) if cores is not None else usable_cores(),
-        seed=kw["seed"],
-        env_kwargs=env_kwargs,
-    )
-
-
-def _check_nices(worker_nice: Any) -> tuple[int | str | None, ...] | None:
-    """``worker_nice`` as a tuple without repeats (None: `tune` decides)."""
-    if worker_nice is None:
-        return None
-    values = tuple(worker_nice) if isinstance(worker_nice, (list, tuple)) else (worker_nice,)
-    if not values or not all(
-        v is None
-        or v == "idle"
-        or (not isinstance(v, bool) and isinstance(v, (int, np.integer)) and -20 <= v <= 19)
-        for v in values
-    ):
-        raise ValueError(
-            f"worker_nice: expected a non-empty sequence of None, 'idle' or ints in "
-            f"[-20, 19], got {worker_nice!r}"
-        )
-    return tuple(dict.fromkeys(v if v is None or v == "idle" else int(v) for v in values))
-
-
-def _policy_sizes(num_envs: int, layouts: list[Layout]) -> list[int]:
-    """The batch sizes the policy is timed at: those the layouts call it with."""
-    return sorted(
-        {
-            *(b for layout in layouts if layout.batch_size for b in (layout.batch_size,)),
-            *(math.ceil(num_envs / layout.num_stages) for layout in layouts),
-            *(num_envs // layout.num_stages for layout in layouts),
-            1,
-            num_envs,
-        }
-    )
-
-
-def _worker_nices(search: _Search, demand: float, cores: float) -> tuple[int | str | None, ...]:
-    """The workers' nice values to predict: ``worker_nice`` as given; else
-    `NICED_WORKERS` too when the envs' CPU ``demand`` (cores) reaches the ``cores`` got."""
-    if "worker_nice" in search.env_kwargs:
-        return (None,)
-    if search.worker_nice is not None:
-        return search.worker_nice
-    # against the cores we got (at least one: a tiny share measured in a loaded moment must
-    # not make sleeping envs look CPU-bound)
-    return (None, NICED_WORKERS) if demand >= max(1.0, cores) else (None,)
-
-
-# the layout `tune` measures on: one env per worker, which decoupled mode uses too
-_PROBE_LAYOUT = Layout("staged", 1, 1)
-
-
-class _VectorEnvs:
-    """The vector envs `tune` built, by the layout each was built for, kept until `close`."""
-
-    def __init__(self, env_fns: list[Callable[[], Env]], env_kwargs: dict[str, Any]) -> None:
-        self.env_fns = env_fns
-        self.env_kwargs = env_kwargs
-        self.built: dict[Layout, PipelinedVectorEnv] = {}
-
-    def build(self, layout: Layout, timeout: float) -> PipelinedVectorEnv:
-        envs = PipelinedVectorEnv(
-            self.env_fns,
-            num_stages=layout.num_stages,
-            envs_per_worker=layout.envs_per_worker,
-            **{
-                "start_timeout": max(1.0, timeout),
-                "worker_nice": layout.worker_nice,
-                **self.env_kwargs,
-            },
-        )
-        self.built[layout] = envs
-        return envs
-
-    def host(self, layout: Layout) -> Layout | None:
-        """The layout of a vector env built so far that runs ``layout`` as is."""
-        return next((b for b in self.built if _same_workers(layout, b)), None)
-
-    def close(self) -> None:
-        for envs in self.built.values():
-            envs.close()
-
-
-class _Verification:
-    """`tune`'s verification runs: each layout's runs so far, all of the same length."""
-
-    def __init__(
-        self,
-        vector_envs: _VectorEnvs,
-        policy: Callable[[Any], Any],
-        budget: _Budget,
-        search: _Search,
-        start_cost: float,
-        num_envs: int,
-    ) -> None:
-        self.vector_envs = vector_envs
-        self.policy = policy
-        self.budget = budget
-        self.search = search
-        self.start_cost = start_cost  # seconds to start the probe's vector env
-        self.num_envs = num_envs
-        self.runs: dict[Layout, list[dict[str, float]]] = {}
-        self.env_steps: int | None = None  # of every run after the first
-
-    def per_round(self) -> dict[Layout, list[float]]:
-        """Each layout run so far: its env steps/s in each of its runs, in order."""
-        return {k: [r["steps_per_s"] for r in v] for k, v in self.runs.items()}
-
-    def in_race(self, racing: list[Layout]) -> dict[Layout, list[float]]:
-        """`per_round` of the layouts ``racing`` (of all run, if none)."""
-        rates = self.per_round()
-        return {k: rates[k] for k in racing} if racing else rates
-
-    def expected_seconds(self, layout: Layout) -> float:
-        """How long a run of ``layout`` should take, from the rates measured so far."""
-        if self.env_steps is None:
-            return self.search.verify_seconds
-        rates = self.per_round()
-        speed = rate(rates[layout]) if layout in rates else 0.0
-        speed = speed or max((rate(v) for v in rates.values()), default=0.0)
-        return self.env_steps / speed if speed > 0 else self.search.verify_seconds
-
-    def run_once(self, layout: Layout) -> bool:
-        """One verification run of ``layout`` (False: no time left for it)."""
-        budget = self.budget
-        host = self.vector_envs.host(layout)
-        start_cost_here = 2 * self.start_cost if host is None else 0.0
-        if budget.left() < self.expected_seconds(layout) + 0.5 + start_cost_here:
-            logger.info("tune: no time left to verify %s", layout.name)
-            return False
-        if host is None:
-            host = layout
-            self.vector_envs.build(layout, budget.left())
-        stats = measure_layout(
-            self.vector_envs.built[host],
-            self.policy,
-            batch_size=layout.batch_size,
-            **(
-                {"seconds": min(self.search.verify_seconds, max(0.05, 0.5 * budget.left()))}
-                if self.env_steps is None
-                else {"env_steps": self.env_steps}
-            ),
-            timeout=max(1.0, budget.left()),
-            seed=self.search.seed,
-        )
-        if self.env_steps is None:  # every later run: as many env steps as this one
-            self.env_steps = max(self.num_envs, int(stats["steps"]))
-        self.runs.setdefault(layout, []).append(stats)
-        return True
-
-
-def _verify(
-    verification: _Verification,
-    ranked: list[tuple[Layout, float]],
-    nices: tuple[int | str | None, ...],
-    search: _Search,
-    table: list[dict[str, Any]],
-) -> Layout | None:
-    """Phase 3 of `tune`: the verification rounds, their rates written into ``table``;
-    returns the winner (None: no layout was run)."""
-    distinct = _distinct(ranked)
-    picks = _first_picks(ranked, distinct, nices, search.verify_top, search.verify_close)
-    del picks[search.verify_max :]
-    # layouts the probe env can run need no start-up: run them first
-    picks.sort(key=lambda layout: not _same_workers(layout, _PROBE_LAYOUT))
-    for layout in picks:  # round 1
-        verification.run_once(layout)
-    # the model over-predicts some layouts: every other layout predicted at or above
-    # the best rate measured so far may be faster than it, so it is run too (best
-    # predicted first, at most verify_max layouts in all, while time is left)
-    for layout, predicted in distinct if verification.runs else ():
-        if len(picks) >= search.verify_max:
-            break
-        if layout in picks:
-            continue
-        if predicted < max(rate(v) for v in verification.per_round().values()):
-            break  # distinct is best predicted first: none of the rest qualifies
-        if not verification.run_once(layout):
-            break
-        picks.append(layout)
-    # the race (see tune_selection): later rounds only for the layouts measured within
-    # verify_close of the best in round 1, interleaved, every other round reversed
-    racing = []
-    if verification.runs and search.verify_rounds > 1:
-        kept = set(survivors(verification.per_round(), search.verify_close))
-        racing = [layout for layout in picks if layout in kept]
-    for r in range(1, search.verify_rounds if len(racing) > 1 else 1):  # a lone one has won
-        for layout in racing[::-1] if r % 2 == 1 else racing:
-            verification.run_once(layout)
-    # a runoff round for the best and the runner-up when their rounds overlap; all of
-    # it or none (a third run of only one of them would not be a fair comparison)
-    close = runoff(verification.in_race(racing)) if racing else []
-    left = verification.budget.left()
-    if close and left >= sum(verification.expected_seconds(k) for k in close) + 0.5:
-        for layout in close[::-1] if search.verify_rounds % 2 == 1 else close:
-            verification.run_once(layout)
-    for layout, rounds in verification.per_round().items():
-        row = next(r for r in table if r["name"] == layout.name)
-        row["measured"] = rate(rounds)
-        row["rounds"] = rounds
-    # among layouts the rounds cannot separate, the workers at the caller's priority
-    final = verification.in_race(racing)
-    return choose(final, prefer=lambda k: k.worker_nice is not None) if final else None
-
-
-def _distinct(ranked: list[tuple[Layout, float]]) -> list[tuple[Layout, float]]:
-    """``ranked`` with each layout at its best predicted worker priority only."""
-    distinct, seen = [], set()
-    for layout, predicted in ranked:
-        base = dataclasses.replace(layout, worker_nice=None)
-        if base not in seen:
-            seen.add(base)
-            distinct.append((layout, predicted))
-    return distinct
-
-
-def _first_picks(
-    ranked: list[tuple[Layout, float]],
-    distinct: list[tuple[Layout, float]],
-    nices: tuple[int | str | None, ...],
-    verify_top: int,
-    verify_close: float,
-) -> list[Layout]:
-    """The layouts of round 1: the ``verify_top`` best predicted (each at its best predicted
-    priority), those predicted within ``verify_close`` of the best, the other mode's best,
-    then the best one's other priorities (the model does not see what nicing buys in
-    wake-ups)."""
-    picks = [layout for layout, _ in distinct[:verify_top]]
-    if verify_top:
-        top = ranked[0][1]
-        for layout, predicted in distinct[verify_top:]:
-            if len(picks) >= verify_top + 2 or predicted < (1 - verify_close) * top:
-                break
-            picks.append(layout)
-        other = next((lp for lp in distinct if lp[0].mode != ranked[0][0].mode), None)
-        if other is not None and other[0] not in picks and other[1] >= 0.8 * top:
-            picks.append(other[0])
-        picks += [
-            dataclasses.replace(picks[0], worker_nice=nice)
-            for nice in nices
-            if nice != picks[0].worker_nice
-        ]
-    return picks
-
-
-def _same_workers(layout: Layout, built: Layout) -> bool:
-    """Whether a vector env built for ``built`` runs ``layout`` as is."""
-    if layout.worker_nice != built.worker_nice:
-        return False
-    if layout.mode == "decoupled":
-        return built.envs_per_worker == 1  # stages do not matter to send/recv
-    return (layout.num_stages, layout.envs_per_worker) == (built.num_stages, built.envs_per_worker)
-
-
-def _kwargs(layout: Layout, env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "num_stages": layout.num_stages,
-        "envs_per_worker": layout.envs_per_worker,
-        "worker_nice": env_kwargs.get("worker_nice", layout.worker_nice),
-        **{k: v for k, v in env_kwargs.items() if k != "worker_nice"},
-    }
+def _predict(
+    layouts: list[Layout],
+    costs: Costs,
+    summary: dict[str, Any],
+    search: TuneArguments,
+    num_envs: int,
+) -> tuple[list[tuple[Layout, float]], tuple[int | str | None, ...]]:
+    """Phase 2: every layout of ``layouts``, at each worker priority considered (a
+    dimension where the envs oversubscribe the cores; noted in ``summary``), ranked by the
+    model's env steps/s, best first; and those priorities."""
+    nices = worker_nices(search, num_envs * summary["cpu_fraction"], costs.cores)
+    summary["worker_nice_considered"] = list(nices)
+    ranked = rank(with_nices(layouts, nices), costs, seed=search.seed)
+    return ranked, nices

@@ -7,7 +7,7 @@ all). Two backends today:
 
 | backend | one worker | many workers |
 |---|---|---|
-| multiprocessing | `worker_handle.WorkerHandle`: a subprocess and a duplex pipe; steps through a shared-memory `slots.StepSlot` on the fast path (the pipe carries a one-byte wake-up, see docs/wire_format.md) | `worker_handle.ProcessBackend`: one ``select.poll`` on the pipes and process sentinels, after a bounded spin on the slots where a core is free |
+| multiprocessing | `worker_handle.WorkerHandle`: a subprocess and a duplex pipe; steps through a shared-memory `slots.StepSlot` on the fast path (the pipe carries a one-byte wake-up, see docs/wire_format.md) | `process_backend.ProcessBackend`: one ``select.poll`` on the pipes and process sentinels, after a bounded spin on the slots where a core is free |
 | Ray | `ray_backend.RayWorkerHandle`: a Ray actor, one actor call per command | `ray_backend.RayBackend`: ``ray.wait`` on the oldest outstanding ``ObjectRef`` of each |
 
 The pool picks the backend once, when it starts the workers, and calls only these two
