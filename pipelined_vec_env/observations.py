@@ -5,11 +5,16 @@ write each env's observation into gymnasium's buffers (`shared_memory`) and answ
 none; otherwise each answer carries the observations as items, kept here per env. Either
 way the vector env, stage stepping and decoupled stepping read batches, single items and
 copies through one `ObservationStore`.
+
+A step's copy of a batch in shared memory is made worker by worker (`RowCopy`): the rows
+of one worker are copied as its answer comes, while the other workers still step, instead
+of the whole batch once the last one answered.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
@@ -27,7 +32,7 @@ from gymnasium.vector.utils import (
 from .batching import batch_slice
 from .shared_memory import create_observation_buffers, release
 
-__all__ = ["ObservationStore"]
+__all__ = ["ObservationStore", "RowCopy", "leaves"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +46,52 @@ def _views_stay_valid(space: Space) -> bool:
     return isinstance(
         space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
     )
+
+
+def leaves(batch: Any) -> list[np.ndarray]:
+    """The arrays of a batch in gymnasium's layout (a dict's in key order, a tuple's in
+    order), depth first."""
+    if isinstance(batch, dict):
+        return [a for value in batch.values() for a in leaves(value)]
+    if isinstance(batch, tuple):
+        return [a for value in batch for a in leaves(value)]
+    return [batch]
+
+
+class RowCopy:
+    """A copy of the observations of the envs ``envs`` in shared memory, made a run of
+    rows at a time (`copy_rows`) as workers answer, finished by `result`.
+
+    Args:
+        views: The whole batch in shared memory, as views (`ObservationStore.views`).
+        space: The single observation space.
+        envs: The envs of the copy (global ids).
+    """
+
+    __slots__ = ("_done", "_pairs", "batch", "start", "stop")
+
+    def __init__(self, views: Any, space: Space, envs: slice) -> None:
+        self.start, self.stop = envs.start, envs.stop
+        self.batch = create_empty_array(space, n=self.stop - self.start, fn=np.empty)
+        self._pairs = list(zip(leaves(self.batch), leaves(views), strict=True))
+        self._done = np.zeros(self.stop - self.start, dtype=np.bool_)
+
+    def copy_rows(self, lo: int, hi: int) -> None:
+        """Copy the rows of the envs ``lo .. hi - 1`` (global ids within the copy's)."""
+        a, b = lo - self.start, hi - self.start
+        for out, view in self._pairs:
+            out[a:b] = view[lo:hi]
+        self._done[a:b] = True
+
+    def result(self) -> Any:
+        """The batch (a new one, the caller's), after copying every row not copied yet."""
+        if not self._done.all():
+            todo = np.flatnonzero(~self._done)
+            # runs of consecutive rows: one slice copy each
+            breaks = np.flatnonzero(np.diff(todo) != 1) + 1
+            for run in np.split(todo, breaks):
+                self.copy_rows(self.start + int(run[0]), self.start + int(run[-1]) + 1)
+        return self.batch
 
 
 def _first(space: Space, batch: Any) -> Any:
@@ -69,6 +120,7 @@ class ObservationStore:
         self.buffers: Any = None
         self.segments: list[Any] = []
         self._items: list[Any] = [None] * num_envs
+        self._on_release: list[Callable[[], None]] = []
         if shared:
             created = create_observation_buffers(space, num_envs)
             if created is not None:
@@ -87,6 +139,21 @@ class ObservationStore:
     def shared(self) -> bool:
         """Observations live in shared memory (answers carry none)."""
         return self.buffers is not None
+
+    @property
+    def views(self) -> Any:
+        """The whole batch of ``num_envs`` observations in shared memory as numpy views
+        (gymnasium's batched layout), or None (no shared memory, or a space whose reads
+        decode copies: Text, OneOf). Env ``g``'s rows hold its latest result and are
+        overwritten while a command to it is in flight."""
+        return self._view
+
+    def row_copy(self, envs: slice) -> RowCopy | None:
+        """A `RowCopy` of the envs ``envs``, or None where the observations have no views
+        in shared memory (`batch` copies them then)."""
+        if self._view is None:
+            return None
+        return RowCopy(self._view, self.space, envs)
 
     def keep(self, g: int, item: Any) -> None:
         """Remember ``item`` (from an answer) as env ``g``'s latest observation."""
@@ -127,8 +194,19 @@ class ObservationStore:
             self.space, items, create_empty_array(self.space, n=len(items), fn=np.zeros)
         )
 
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` in `release`, before the segments are unmapped."""
+        self._on_release.append(callback)
+
     def release(self) -> None:
-        """Drop the views and unlink the shared memory segments (after the workers stop)."""
+        """Drop the views and unlink the shared memory segments (after the workers stop);
+        the `on_release` callbacks run first (each once; one that raises is logged)."""
+        callbacks, self._on_release = self._on_release, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.warning("an observation release callback raised", exc_info=True)
         # drop our views first: a segment with live views cannot be unmapped
         self._view = self.buffers = None
         self._array = False

@@ -1,0 +1,119 @@
+"""Camera frames out of shared memory: what ``copy=True`` and ``copy=False`` steps return,
+the copy made worker by worker as each answers, and the one-copy row writer.
+
+The envs are `CameraEnv` (two pre-built camera frames and a state); every batch is
+compared with each env stepped alone in this process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory
+from gymnasium.vector.utils import write_to_shared_memory as gymnasium_write
+
+from pipelined_vec_env.debug_envs import CameraEnv
+from pipelined_vec_env.shared_memory import RowWriter, SharedMemoryAllocator, release
+
+KEYS = ("camera0_image", "camera1_image", "state")
+
+
+def stepped_alone(n: int, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
+    items = []
+    for k in range(n):
+        env = CameraEnv(side=24, state_size=4)
+        obs, _ = env.reset(seed=seed + k)
+        for _ in range(steps):
+            obs = env.step(np.zeros(7, np.float32))[0]
+        items.append(obs)
+    return {key: np.stack([item[key] for item in items]) for key in KEYS}
+
+
+def assert_equal(batch: dict, expected: dict) -> None:
+    for key in KEYS:
+        assert batch[key].dtype == expected[key].dtype
+        np.testing.assert_array_equal(batch[key], expected[key])
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_steps_return_each_envs_frames_copied_or_as_views(make_pipelined, copy):
+    envs = make_pipelined(
+        [lambda: CameraEnv(side=24, state_size=4) for _ in range(6)],
+        envs_per_worker=2,
+        num_stages=2,
+        copy=copy,
+    )
+    envs.reset(seed=0)
+    shared = envs.shared_observations
+    kept = []
+    for t in range(1, 4):
+        obs = envs.step(np.zeros((6, 7), np.float32))[0]
+        assert_equal(obs, stepped_alone(6, t))
+        for key in KEYS:
+            assert np.shares_memory(obs[key], shared[key]) is (not copy)
+        kept.append(obs)
+    # copies keep their step; views show the latest
+    assert [o["state"][0, 0] for o in kept] == ([1.0, 2.0, 3.0] if copy else [3.0] * 3)
+    envs.step_async(np.zeros((3, 7), np.float32), stage=1)
+    obs = envs.step_wait(stage=1)[0]
+    assert_equal(obs, {key: value[3:] for key, value in stepped_alone(6, 4).items()})
+
+
+def test_a_workers_rows_are_copied_when_it_answers_not_after_the_last(make_pipelined):
+    """Worker 0's envs step at once, worker 1's take 0.2 s: worker 0's rows are copied
+    (an ``"observation copy"`` span of the profiler) before worker 1's answer came."""
+    fns = [lambda: CameraEnv(side=24, state_size=4)] * 2 + [
+        lambda: CameraEnv(side=24, state_size=4, step_seconds=0.2)
+    ] * 2
+    envs = make_pipelined(fns, envs_per_worker=2, profile=True)
+    envs.reset(seed=0)
+    envs.profiler.clear()
+
+    obs = envs.step(np.zeros((4, 7), np.float32))[0]
+
+    assert_equal(obs, stepped_alone(4, 1))
+    records = envs.profiler.records()
+    received = {w: t_received for w, name, _, _, _, t_received, _ in records["commands"]}
+    copies = sorted(
+        (t0, t1) for name, _, _, t0, t1 in records["spans"] if name == "observation copy"
+    )
+    assert len(copies) >= 2  # worker 0's rows as it answered, then the end's
+    assert copies[0][1] < received[1] - 0.1e9  # long before the slow worker answered
+
+
+@pytest.mark.parametrize(
+    "space, value",
+    [
+        (
+            spaces.Dict(
+                {
+                    "image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
+                    "pair": spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,)))),
+                }
+            ),
+            {"image": np.arange(60, dtype=np.uint8).reshape(4, 5, 3), "pair": (2, [0.5, -1.0])},
+        ),
+        (spaces.Box(-1, 1, (2, 3), np.float32), np.arange(6, dtype=np.float64).reshape(2, 3)),
+        (spaces.Box(-1, 1, (6,), np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)),
+        (spaces.Dict({"text": spaces.Text(5), "n": spaces.Discrete(4)}), {"text": "abc", "n": 3}),
+    ],
+    ids=["dict-tuple", "cast", "reshape", "text-fallback"],
+)
+def test_row_writer_writes_what_gymnasiums_write_does(space, value):
+    buffers = []
+    try:
+        for _ in range(2):
+            allocator = SharedMemoryAllocator()
+            buffers.append((create_shared_memory(space, n=3, ctx=allocator), allocator.arrays))
+        (ours, _), (theirs, _) = buffers
+        writer = RowWriter(space, ours, 3)
+        writer.write(1, value)
+        gymnasium_write(space, 1, value, theirs)
+        a = repr(read_from_shared_memory(space, ours, n=3))
+        b = repr(read_from_shared_memory(space, theirs, n=3))
+        assert a == b
+        del writer  # its views, before the segments go
+    finally:
+        for _, arrays in buffers:
+            release(arrays)
