@@ -83,9 +83,14 @@ class RowCopy:
             out[a:b] = view[lo:hi]
         self._done[a:b] = True
 
+    @property
+    def complete(self) -> bool:
+        """Whether every row was copied."""
+        return bool(self._done.all())
+
     def result(self) -> Any:
         """The batch (a new one, the caller's), after copying every row not copied yet."""
-        if not self._done.all():
+        if not self.complete:
             todo = np.flatnonzero(~self._done)
             # runs of consecutive rows: one slice copy each
             breaks = np.flatnonzero(np.diff(todo) != 1) + 1

@@ -310,7 +310,7 @@ class StageStepping:
         if rows is None:
             return self.observations.batch(envs, copy)
         profiler = self.pool.profiler
-        if profiler is None:
+        if profiler is None or rows.complete:
             return rows.result()
         with profiler.span("observation copy"):
             return rows.result()
