@@ -205,3 +205,13 @@ def test_cuda_uploads_from_pinned_buffers(make_pipelined):  # pragma: no cover -
     assert torch.from_numpy(envs.shared_observations["camera0_image"]).is_pinned()
     envs.close()
     assert not to_torch.pinned
+
+
+def test_the_reference_trainers_conversion_shares_frames_and_casts_states():
+    from reference_trainer.agent import obs_to_tensor
+
+    obs = {"image": np.zeros((2, 4, 4, 3), np.uint8), "state": np.ones((2, 3), np.float64)}
+    tensors = obs_to_tensor(obs, torch.device("cpu"))
+    assert tensors["image"].dtype == torch.uint8 and tensors["state"].dtype == torch.float32
+    assert tensors["image"].data_ptr() == obs["image"].ctypes.data  # no copy of the frames
+    np.testing.assert_array_equal(tensors["state"].numpy(), obs["state"])
