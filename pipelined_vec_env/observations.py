@@ -62,24 +62,30 @@ class RowCopy:
     """A copy of the observations of the envs ``envs`` in shared memory, made a run of
     rows at a time (`copy_rows`) as workers answer, finished by `result`.
 
+    It reads the store's views at each copy and keeps none: a copy left unfinished (a
+    failed wait, whose traceback holds it) does not keep the segments mapped.
+
     Args:
-        views: The whole batch in shared memory, as views (`ObservationStore.views`).
-        space: The single observation space.
+        store: The observations (with views in shared memory, `ObservationStore.views`).
         envs: The envs of the copy (global ids).
     """
 
-    __slots__ = ("_done", "_pairs", "batch", "start", "stop")
+    __slots__ = ("_done", "_out", "_store", "batch", "start", "stop")
 
-    def __init__(self, views: Any, space: Space, envs: slice) -> None:
+    def __init__(self, store: ObservationStore, envs: slice) -> None:
         self.start, self.stop = envs.start, envs.stop
-        self.batch = create_empty_array(space, n=self.stop - self.start, fn=np.empty)
-        self._pairs = list(zip(leaves(self.batch), leaves(views), strict=True))
+        self._store = store
+        self.batch = create_empty_array(store.space, n=self.stop - self.start, fn=np.empty)
+        self._out = leaves(self.batch)
         self._done = np.zeros(self.stop - self.start, dtype=np.bool_)
 
     def copy_rows(self, lo: int, hi: int) -> None:
         """Copy the rows of the envs ``lo .. hi - 1`` (global ids within the copy's)."""
+        views = self._store.views
+        if views is None:  # released: nothing left to copy from
+            return
         a, b = lo - self.start, hi - self.start
-        for out, view in self._pairs:
+        for out, view in zip(self._out, leaves(views), strict=True):
             out[a:b] = view[lo:hi]
         self._done[a:b] = True
 
@@ -158,7 +164,7 @@ class ObservationStore:
         in shared memory (`batch` copies them then)."""
         if self._view is None:
             return None
-        return RowCopy(self._view, self.space, envs)
+        return RowCopy(self, envs)
 
     def keep(self, g: int, item: Any) -> None:
         """Remember ``item`` (from an answer) as env ``g``'s latest observation."""

@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from gymnasium.error import ClosedEnvironmentError
 
 __all__ = ["CudaHostRegistrar", "HostRegistrar", "TorchObservations", "as_tensors"]
 
@@ -169,6 +170,8 @@ class TorchObservations:
         ValueError: The vector env keeps no observations in shared memory (a space
             without a fixed layout, ``shared_memory=False``, the Ray backend), or it is
             closed.
+
+    Reads after the vector env's `close` raise gymnasium's ``ClosedEnvironmentError``.
     """
 
     def __init__(
@@ -201,7 +204,7 @@ class TorchObservations:
         self._event: Any = None
         if self._registrar is not None and self.copy:
             self._pin()
-            env.on_close(self.unpin)
+        env.on_close(self._close)
 
     # ------------------------------------------------------------------ reads
 
@@ -228,7 +231,7 @@ class TorchObservations:
         if step != 1:
             raise ValueError(f"envs: expected a slice of consecutive envs, got {envs!r}")
         if not self.copy:
-            return _map(self._tensors, lambda t: t[lo:hi])
+            return _map(self._whole(), lambda t: t[lo:hi])
         return self._upload(np.arange(lo, hi))
 
     def rows(self, env_ids: Sequence[int] | np.ndarray) -> Any:
@@ -255,9 +258,9 @@ class TorchObservations:
         runs = _runs(ids)
         if len(runs) == 1:
             _, first, count = runs[0]
-            return _map(self._tensors, lambda t: t[first : first + count])
+            return _map(self._whole(), lambda t: t[first : first + count])
         index = torch.from_numpy(ids)
-        return _map(self._tensors, lambda t: t.index_select(0, index))
+        return _map(self._whole(), lambda t: t.index_select(0, index))
 
     def __call__(self, obs: Any) -> Any:
         """`as_tensors` of ``obs`` on ``device`` (any numpy batch: views of the buffers
@@ -268,6 +271,16 @@ class TorchObservations:
         """Wait until the last device copies finished (the buffers may be written again)."""
         if self._event is not None:
             self._event.synchronize()
+
+    def _close(self) -> None:
+        """The vector env closes: unregister the buffers and drop the views of them."""
+        self.unpin()
+        self._views = self._tensors = None
+
+    def _whole(self) -> Any:
+        if self._tensors is None:
+            raise ClosedEnvironmentError("TorchObservations: the vector env was closed")
+        return self._tensors
 
     # ------------------------------------------------------------------ pinning
 
@@ -313,7 +326,7 @@ class TorchObservations:
                 )
             return out
 
-        result = _map(self._tensors, copy)
+        result = _map(self._whole(), copy)
         if self.device.type == "cuda":
             self._event = torch.cuda.Event()
             self._event.record()

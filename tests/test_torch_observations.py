@@ -183,6 +183,18 @@ def test_bad_arguments_are_named(make_pipelined):
         TorchObservations(piped)
 
 
+def test_reads_after_close_raise_gymnasiums_closed_error(make_pipelined):
+    from gymnasium.error import ClosedEnvironmentError
+
+    envs = make_pipelined(camera_fns(2), copy=False)
+    to_torch = TorchObservations(envs)
+    envs.reset(seed=0)
+    envs.close()
+    with pytest.raises(ClosedEnvironmentError):
+        to_torch.batch()
+    assert envs.shared_observations is None
+
+
 def test_as_tensors_keeps_the_layout_and_shares_memory_on_the_cpu():
     obs = {"image": np.arange(24, dtype=np.uint8).reshape(2, 3, 4), "parts": (np.ones(2),)}
     tensors = as_tensors(obs, "cpu")
