@@ -14,6 +14,8 @@ of the whole batch once the last one answered.
 from __future__ import annotations
 
 import logging
+import sys
+from collections import deque
 from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
@@ -68,14 +70,16 @@ class RowCopy:
     Args:
         store: The observations (with views in shared memory, `ObservationStore.views`).
         envs: The envs of the copy (global ids).
+        batch: Where the copy goes: a batch of ``envs`` in gymnasium's layout that
+            nothing else references (`ObservationStore.row_copy` picks it).
     """
 
     __slots__ = ("_done", "_out", "_store", "batch", "start", "stop")
 
-    def __init__(self, store: ObservationStore, envs: slice) -> None:
+    def __init__(self, store: ObservationStore, envs: slice, batch: Any) -> None:
         self.start, self.stop = envs.start, envs.stop
         self._store = store
-        self.batch = create_empty_array(store.space, n=self.stop - self.start, fn=np.empty)
+        self.batch = batch
         self._out = leaves(self.batch)
         self._done = np.zeros(self.stop - self.start, dtype=np.bool_)
 
@@ -105,6 +109,60 @@ class RowCopy:
         return self.batch
 
 
+#: Batches a step returned that the store keeps, per slice of envs, to reuse once nothing
+#: else references them (the caller's variable still holds the last one at the next step).
+KEPT_BATCHES = 3
+
+
+def _nodes(batch: Any) -> list[Any]:
+    """A batch's containers and arrays, depth first (the batch itself first)."""
+    if isinstance(batch, dict):
+        return [batch, *(n for value in batch.values() for n in _nodes(value))]
+    if isinstance(batch, tuple):
+        return [batch, *(n for value in batch for n in _nodes(value))]
+    return [batch]
+
+
+def _ids(batch: Any) -> tuple[int, ...]:
+    """The identities of a batch's nodes: a batch whose caller replaced or added an array
+    or a key is not the one the store made."""
+    return tuple(id(n) for n in _nodes(batch))
+
+
+def _refcounts(batch: Any) -> list[int]:
+    """The reference counts of ``batch`` and of each of its nodes, as seen from here."""
+    counts = [sys.getrefcount(batch)]
+    nodes = _nodes(batch)
+    for k in range(1, len(nodes)):
+        counts.append(sys.getrefcount(nodes[k]))
+    return counts
+
+
+def _calibrate() -> tuple[int, int] | None:
+    """The counts `_refcounts` sees for a kept batch nothing else references: ``(root,
+    node)``; None where the interpreter has no reference counts."""
+    if not hasattr(sys, "getrefcount"):
+        return None
+    sample = {"a": np.zeros(1), "b": (np.zeros(1),)}
+    kept: deque[tuple[Any, tuple[int, ...]]] = deque([(sample, _ids(sample))])
+    del sample
+    counts = _refcounts(kept[0][0])
+    if len(set(counts[1:])) != 1:
+        return None
+    return counts[0], counts[1]
+
+
+_UNREFERENCED = _calibrate()
+
+
+def _unreferenced(counts: list[int]) -> bool:
+    """Whether `_refcounts` of a kept batch say nothing but the store references it."""
+    if _UNREFERENCED is None:
+        return False
+    root, node = _UNREFERENCED
+    return counts[0] == root and all(c == node for c in counts[1:])
+
+
 def _first(space: Space, batch: Any) -> Any:
     """The single item of a batch of one."""
     return next(iter(iterate(batch_space(space, 1), batch)))
@@ -132,6 +190,8 @@ class ObservationStore:
         self.segments: list[Any] = []
         self._items: list[Any] = [None] * num_envs
         self._on_release: list[Callable[[], None]] = []
+        # batches returned by copies, to reuse (`_free_batch`)
+        self._kept: dict[tuple[int, int], deque[tuple[Any, tuple[int, ...]]]] = {}
         if shared:
             created = create_observation_buffers(space, num_envs)
             if created is not None:
@@ -164,7 +224,30 @@ class ObservationStore:
         in shared memory (`batch` copies them then)."""
         if self._view is None:
             return None
-        return RowCopy(self, envs)
+        return RowCopy(self, envs, self._free_batch(envs))
+
+    def _free_batch(self, envs: slice) -> Any:
+        """A batch for a copy of the envs ``envs``: one returned earlier that nothing
+        references any more (its reference counts say so), else a new one, kept.
+
+        New memory costs a page fault per page at its first write, more than the copy
+        itself (``benchmarks/frames.py`` times both); a batch the caller let go is
+        already mapped. One the caller still holds (a rollout's list, a view, a tensor
+        made with ``torch.from_numpy``) is referenced, so never reused."""
+        kept = self._kept.get((envs.start, envs.stop))
+        if kept is None:
+            kept = self._kept[(envs.start, envs.stop)] = deque()
+        for k in range(len(kept)):
+            if _unreferenced(_refcounts(kept[k][0])) and _ids(kept[k][0]) == kept[k][1]:
+                entry = kept[k]
+                del kept[k]
+                kept.append(entry)  # the latest returned goes last
+                return entry[0]
+        batch = create_empty_array(self.space, n=envs.stop - envs.start, fn=np.empty)
+        kept.append((batch, _ids(batch)))
+        if len(kept) > KEPT_BATCHES:
+            kept.popleft()
+        return batch
 
     def keep(self, g: int, item: Any) -> None:
         """Remember ``item`` (from an answer) as env ``g``'s latest observation."""
@@ -218,6 +301,7 @@ class ObservationStore:
                 callback()
             except Exception:
                 logger.warning("an observation release callback raised", exc_info=True)
+        self._kept = {}
         # drop our views first: a segment with live views cannot be unmapped
         self._view = self.buffers = None
         self._array = False

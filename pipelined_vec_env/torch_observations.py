@@ -29,7 +29,7 @@ buffer; ``cudaHostRegister`` pins memory in place (CUDA Runtime API, "Memory
 Management"), as PufferLib's proposed pinned transfer and Sample Factory's shared tensors
 keep observations where the workers write them.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> from pipelined_vec_env import PipelinedVectorEnv
     >>> from pipelined_vec_env.debug_envs import CameraEnv

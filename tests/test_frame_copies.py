@@ -117,3 +117,31 @@ def test_row_writer_writes_what_gymnasiums_write_does(space, value):
     finally:
         for _, arrays in buffers:
             release(arrays)
+
+
+def test_a_copy_reuses_a_batch_nothing_references_and_never_one_that_is_held(make_pipelined):
+    envs = make_pipelined([lambda: CameraEnv(side=24, state_size=4) for _ in range(4)])
+    actions = np.zeros((4, 7), np.float32)
+    envs.reset(seed=0)
+    seen = []
+    for _ in range(6):  # dropped at once: the store's kept batches come round again
+        obs = envs.step(actions)[0]
+        seen.append(id(obs["camera0_image"]))
+    assert len(set(seen)) < len(seen)
+
+    held, view, tensor_source = [], None, None
+    for t in range(7, 15):
+        obs = envs.step(actions)[0]
+        assert_equal(obs, stepped_alone(4, t))
+        assert list(obs) == list(KEYS)  # never the batch changed at t == 10
+        if t == 7:
+            view = obs["camera1_image"][1:3]  # a view holds its batch's array
+        elif t == 8:
+            held.append(obs)  # a rollout's list
+        elif t == 9:
+            tensor_source = np.asarray(obs["state"]).view(np.int32)  # another view
+        elif t == 10:
+            obs["extra"] = np.zeros(1)  # a batch the caller changed, then dropped
+    np.testing.assert_array_equal(view, stepped_alone(4, 7)["camera1_image"][1:3])
+    assert_equal(held[0], stepped_alone(4, 8))
+    np.testing.assert_array_equal(tensor_source.view(np.float32), stepped_alone(4, 9)["state"])
