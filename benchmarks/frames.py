@@ -395,7 +395,39 @@ def measure_time(args: Args) -> dict[str, Any] | None:
             "caller_copy_gb_per_s": batch_bytes / (copy_us * 1e3) if copy_us else None,
         }
     out["writes"] = measure_writes(case, num_envs // max(1, out["copy"]["workers"]), args)
+    out["caller_copy"] = measure_caller_copy(case, num_envs, args)
     return out
+
+
+def measure_caller_copy(case: Case, num_envs: int, args: Args) -> dict[str, Any]:
+    """The caller's copy of a batch of frames into new memory (``np.empty`` per copy, as
+    a copy a caller keeps needs) against into a batch allocated once (what a reused batch
+    costs), interleaved, in this process."""
+    side = case.side
+    source = np.random.default_rng(0).integers(
+        0, 256, (args.cameras, num_envs, side, side, 3), dtype=np.uint8
+    )
+    kept = np.empty_like(source)
+
+    def new() -> None:
+        for camera in source:
+            np.empty_like(camera)[:] = camera
+
+    def reused() -> None:
+        for out, camera in zip(kept, source, strict=True):
+            out[:] = camera
+
+    times: dict[str, list[float]] = {"new_batch": [], "kept_batch": []}
+    for _ in range(max(3, args.rounds) * 10):
+        for name, fn in (("new_batch", new), ("kept_batch", reused)):
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {
+        "envs": num_envs,
+        **{f"{k}_us": statistics.median(v) * 1e6 for k, v in times.items()},
+        **{f"{k}_gb_per_s": source.nbytes / statistics.median(v) / 1e9 for k, v in times.items()},
+    }
 
 
 def measure_writes(case: Case, envs: int, args: Args) -> dict[str, Any]:
@@ -532,6 +564,13 @@ def format_time(result: dict[str, Any]) -> str:
         f"({w['gymnasium_gb_per_s']:.1f} GB/s), `RowWriter` {w['row_writer_us']:.0f} us "
         f"({w['row_writer_gb_per_s']:.1f} GB/s).",
     ]
+    c = time_.get("caller_copy")
+    if c:
+        lines.append(
+            f"The caller's copy of {c['envs']} envs' frames, in one process: into new memory "
+            f"{c['new_batch_us']:.0f} us ({c['new_batch_gb_per_s']:.1f} GB/s), into a batch "
+            f"allocated once {c['kept_batch_us']:.0f} us ({c['kept_batch_gb_per_s']:.1f} GB/s)."
+        )
     return "\n".join(lines)
 
 

@@ -69,6 +69,7 @@ def test_frames_main_tiny(frames, tmp_path: Path) -> None:
         and time_["no_copy"]["caller_copies_per_step"] == 0
     )
     assert time_["writes"]["gymnasium_us"] > 0 and time_["writes"]["row_writer_us"] > 0
+    assert time_["caller_copy"]["new_batch_us"] > 0 and time_["caller_copy"]["envs"] == 2
     assert saved["run"]["machine"]["cpu_count"] >= 1
     assert frames.format_table(saved) in output.with_suffix(".md").read_text()
 
