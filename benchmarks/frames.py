@@ -400,18 +400,22 @@ def measure_time(args: Args) -> dict[str, Any] | None:
 
 
 def measure_caller_copy(case: Case, num_envs: int, args: Args) -> dict[str, Any]:
-    """The caller's copy of a batch of frames into new memory (``np.empty`` per copy, as
-    a copy a caller keeps needs) against into a batch allocated once (what a reused batch
-    costs), interleaved, in this process."""
+    """The caller's copy of a batch of frames into new memory (``np.empty`` per copy,
+    the previous copy freed only once the next is made, as ``obs = envs.step(...)`` frees
+    it) against into a batch allocated once (a reused batch), interleaved, in this
+    process."""
     side = case.side
     source = np.random.default_rng(0).integers(
         0, 256, (args.cameras, num_envs, side, side, 3), dtype=np.uint8
     )
     kept = np.empty_like(source)
+    previous: list[Any] = [None]
 
     def new() -> None:
-        for camera in source:
-            np.empty_like(camera)[:] = camera
+        copies = [np.empty_like(camera) for camera in source]
+        for out, camera in zip(copies, source, strict=True):
+            out[:] = camera
+        previous[0] = copies  # the caller's variable lets the previous copy go now
 
     def reused() -> None:
         for out, camera in zip(kept, source, strict=True):
