@@ -109,6 +109,11 @@ class RowCopy:
         return self.batch
 
 
+#: Smallest batch (bytes) a step copies worker by worker (`RowCopy`); a smaller one is
+#: copied at once at the end, where the copy costs less than the bookkeeping (a few
+#: microseconds: light state observations).
+ROW_COPY_MIN_BYTES = 256 * 1024
+
 #: Batches a step returned that the store keeps, per slice of envs, to reuse once nothing
 #: else references them (the caller's variable still holds the last one at the next step).
 KEPT_BATCHES = 3
@@ -203,6 +208,8 @@ class ObservationStore:
         self._view = None  # the whole batch in shared memory, as views (where they stay valid)
         if self.buffers is not None and _views_stay_valid(space):
             self._view = read_from_shared_memory(space, self.buffers, n=num_envs)
+        self._env_bytes = 0 if self._view is None else sum(a.nbytes for a in leaves(self._view))
+        self._env_bytes //= num_envs
         # a single numeric array (Box, Discrete, ...): `batch` slices and copies it directly
         self._array = isinstance(self._view, np.ndarray) and self._view.dtype != object
 
@@ -221,8 +228,9 @@ class ObservationStore:
 
     def row_copy(self, envs: slice) -> RowCopy | None:
         """A `RowCopy` of the envs ``envs``, or None where the observations have no views
-        in shared memory (`batch` copies them then)."""
-        if self._view is None:
+        in shared memory or their batch is under `ROW_COPY_MIN_BYTES` (`batch` copies
+        them then)."""
+        if self._view is None or self._env_bytes * (envs.stop - envs.start) < ROW_COPY_MIN_BYTES:
             return None
         return RowCopy(self, envs, self._free_batch(envs))
 

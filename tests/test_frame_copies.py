@@ -17,12 +17,13 @@ from pipelined_vec_env.debug_envs import CameraEnv
 from pipelined_vec_env.shared_memory import RowWriter, SharedMemoryAllocator, release
 
 KEYS = ("camera0_image", "camera1_image", "state")
+SIDE = 128  # 98 KB of frames an env: 3 envs' batch is over ROW_COPY_MIN_BYTES
 
 
 def stepped_alone(n: int, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
     items = []
     for k in range(n):
-        env = CameraEnv(side=24, state_size=4)
+        env = CameraEnv(side=SIDE, state_size=4)
         obs, _ = env.reset(seed=seed + k)
         for _ in range(steps):
             obs = env.step(np.zeros(7, np.float32))[0]
@@ -39,7 +40,7 @@ def assert_equal(batch: dict, expected: dict) -> None:
 @pytest.mark.parametrize("copy", [True, False])
 def test_steps_return_each_envs_frames_copied_or_as_views(make_pipelined, copy):
     envs = make_pipelined(
-        [lambda: CameraEnv(side=24, state_size=4) for _ in range(6)],
+        [lambda: CameraEnv(side=SIDE, state_size=4) for _ in range(6)],
         envs_per_worker=2,
         num_stages=2,
         copy=copy,
@@ -63,8 +64,8 @@ def test_steps_return_each_envs_frames_copied_or_as_views(make_pipelined, copy):
 def test_a_workers_rows_are_copied_when_it_answers_not_after_the_last(make_pipelined):
     """Worker 0's envs step at once, worker 1's take 0.2 s: worker 0's rows are copied
     (an ``"observation copy"`` span of the profiler) before worker 1's answer came."""
-    fns = [lambda: CameraEnv(side=24, state_size=4)] * 2 + [
-        lambda: CameraEnv(side=24, state_size=4, step_seconds=0.2)
+    fns = [lambda: CameraEnv(side=SIDE, state_size=4)] * 2 + [
+        lambda: CameraEnv(side=SIDE, state_size=4, step_seconds=0.2)
     ] * 2
     envs = make_pipelined(fns, envs_per_worker=2, profile=True)
     envs.reset(seed=0)
@@ -120,7 +121,7 @@ def test_row_writer_writes_what_gymnasiums_write_does(space, value):
 
 
 def test_a_copy_reuses_a_batch_nothing_references_and_never_one_that_is_held(make_pipelined):
-    envs = make_pipelined([lambda: CameraEnv(side=24, state_size=4) for _ in range(4)])
+    envs = make_pipelined([lambda: CameraEnv(side=SIDE, state_size=4) for _ in range(4)])
     actions = np.zeros((4, 7), np.float32)
     envs.reset(seed=0)
     seen = []

@@ -306,10 +306,15 @@ class StageStepping:
 
     def _step_observations(self, envs: slice, copy: bool, rows: RowCopy | None) -> Any:
         """The observations a step returns: ``rows`` finished (the rows not copied as
-        their worker answered), else the store's batch (views with ``copy=False``)."""
-        if rows is None:
-            return self.observations.batch(envs, copy)
+        their worker answered), else the store's batch (views with ``copy=False``). A
+        profiled env records each copy out of shared memory as an ``"observation copy"``
+        span."""
         profiler = self.pool.profiler
+        if rows is None:
+            if profiler is None or not copy or not self.observations.shared:
+                return self.observations.batch(envs, copy)
+            with profiler.span("observation copy"):
+                return self.observations.batch(envs, copy)
         if profiler is None or rows.complete:
             return rows.result()
         with profiler.span("observation copy"):
