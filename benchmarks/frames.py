@@ -533,7 +533,8 @@ def format_table(result: dict[str, Any]) -> str:
     for case in result["cases"]:
         for r in case["rows"]:
             lines.append(
-                f"| {case['case']} | {r['name']} | {_f(r['steps_per_s'], '.0f')} "
+                f"| {case['case']} | {r['name']} "
+                f"| {_f(r['steps_per_s'], '.0f' if r['steps_per_s'] >= 100 else '.1f')} "
                 f"| {_f(r['frames_gb_per_s'], '.2f')} | {_f(r['share_of_limit'], '.2f')} "
                 f"| {_f(r['vs_sync'], '.2f')} | {_f(r['vs_ceiling'], '.2f')} |"
             )

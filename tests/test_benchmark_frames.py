@@ -101,3 +101,17 @@ def test_targets_read_the_ratios_of_their_cases(frames) -> None:
     assert got == [(1.6, True), (1.9, False), (0.95, True)]
     table = frames.format_targets({"targets": frames.targets(result)})
     assert "| 1.90 | not met |" in table
+
+
+def test_frames_cuda_runs_its_code_on_the_cpu(tmp_path: Path) -> None:
+    """The CUDA script's backends with ``--device cpu``: what a GPU machine runs, less the
+    page-locking (no figures asserted)."""
+    pytest.importorskip("torch")
+    script = load_script("benchmarks/frames_cuda.py", "benchmarks_frames_cuda")
+    output = tmp_path / "frames_cuda.json"
+    argv = ["--device", "cpu", "--envs", "2", "--side", "16", "--steps", "2", "--warmup", "1"]
+    result = script.main([*argv, "--rounds", "1", "--output", str(output)])
+    names = [r["name"] for r in result["cases"][0]["rows"]]
+    assert names[0] == "plain" and names[-1] == "ours"
+    assert json.loads(output.read_text())["cases"][0]["rows"][0]["vs_plain"] == 1.0
+    assert script.format_table(result) in output.with_suffix(".md").read_text()
