@@ -234,17 +234,20 @@ class ObservationStore:
             return None
         return RowCopy(self, envs, self._free_batch(envs))
 
-    def _free_batch(self, envs: slice) -> Any:
-        """A batch for a copy of the envs ``envs``: one returned earlier that nothing
-        references any more (its reference counts say so), else a new one, kept.
+    def _free_batch(self, envs: slice, key: tuple[int, int] | None = None) -> Any:
+        """A batch for a copy of the envs ``envs``: one returned earlier (under ``key``,
+        by default the slice's bounds) that nothing references any more (its reference
+        counts say so), else a new one, kept.
 
         New memory costs a page fault per page at its first write, more than the copy
         itself (``benchmarks/frames.py`` times both); a batch the caller let go is
         already mapped. One the caller still holds (a rollout's list, a view, a tensor
         made with ``torch.from_numpy``) is referenced, so never reused."""
-        kept = self._kept.get((envs.start, envs.stop))
+        if key is None:
+            key = (envs.start, envs.stop)
+        kept = self._kept.get(key)
         if kept is None:
-            kept = self._kept[(envs.start, envs.stop)] = deque()
+            kept = self._kept[key] = deque()
         for k in range(len(kept)):
             if _unreferenced(_refcounts(kept[k][0])) and _ids(kept[k][0]) == kept[k][1]:
                 entry = kept[k]
@@ -272,7 +275,22 @@ class ObservationStore:
         )
 
     def rows(self, ids: np.ndarray) -> Any:
-        """A batch (copies) of the observations in shared memory of the envs ``ids``."""
+        """A batch (copies) of the observations in shared memory of the envs ``ids``.
+
+        A batch of `ROW_COPY_MIN_BYTES` or more is copied one run of consecutive envs at
+        a time (a ``recv``'s answers are whole workers' runs) into a batch returned
+        earlier for as many envs that nothing references any more (`_free_batch`)."""
+        n = len(ids)
+        if self._view is not None and self._env_bytes * n >= ROW_COPY_MIN_BYTES:
+            batch = self._free_batch(slice(0, n), key=(-1, n))
+            starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)
+            ends = np.append(starts[1:], n)
+            view_leaves = leaves(self._view)
+            for out, view in zip(leaves(batch), view_leaves, strict=True):
+                for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                    first = int(ids[a])
+                    out[a:b] = view[first : first + b - a]
+            return batch
         if self._array:
             return self._view[ids]  # type: ignore[index]
         return batch_slice(self.space, self._shared(), ids)

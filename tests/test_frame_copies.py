@@ -146,3 +146,53 @@ def test_a_copy_reuses_a_batch_nothing_references_and_never_one_that_is_held(mak
     np.testing.assert_array_equal(view, stepped_alone(4, 7)["camera1_image"][1:3])
     assert_equal(held[0], stepped_alone(4, 8))
     np.testing.assert_array_equal(tensor_source.view(np.float32), stepped_alone(4, 9)["state"])
+
+
+def test_recv_copies_runs_of_rows_into_reused_batches_and_keeps_held_ones(make_pipelined):
+    envs = make_pipelined(
+        [lambda: CameraEnv(side=SIDE, state_size=4) for _ in range(6)], envs_per_worker=1
+    )
+    envs.async_reset(seed=0)
+    steps = np.zeros(6, dtype=np.int64)  # per env, the steps its received result is at
+    held, seen = [], []
+    for r in range(12):
+        obs, *_, infos = envs.recv(batch_size=6)
+        ids = infos["env_id"]
+        for k, g in enumerate(ids.tolist()):
+            alone_g = {key: value[g] for key, value in stepped_alone(6, int(steps[g])).items()}
+            for key in KEYS:
+                np.testing.assert_array_equal(obs[key][k], alone_g[key])
+        seen.append(id(obs["camera0_image"]))
+        if r == 2:
+            held.append((obs, ids.copy(), steps.copy()))
+        order = ids[::-1].copy()  # send back in another order: the next recv's ids differ
+        envs.send(np.zeros((6, 7), np.float32), order)
+        steps[order] += 1
+    assert len(set(seen)) < len(seen)  # dropped batches came round again
+    obs, ids, at = held[0]
+    for k, g in enumerate(ids.tolist()):
+        np.testing.assert_array_equal(obs["state"][k], stepped_alone(6, int(at[g]))["state"][g])
+
+
+def test_store_rows_follow_the_ids_runs_in_any_order():
+    from pipelined_vec_env.observations import ObservationStore
+
+    space = CameraEnv(side=SIDE, state_size=4).observation_space
+    store = ObservationStore(space, 6, shared=True)
+    try:
+        items = []
+        for g in range(6):
+            env = CameraEnv(side=SIDE, state_size=4)
+            item = env.reset(seed=g)[0]
+            item["state"][2] = g
+            store.write(g, item)
+            items.append(item)
+        ids = np.array([3, 4, 0, 1, 5, 2])
+        batch = store.rows(ids)
+        for k, g in enumerate(ids.tolist()):
+            for key in KEYS:
+                np.testing.assert_array_equal(batch[key][k], items[g][key])
+        assert not np.shares_memory(batch["camera0_image"], store.views["camera0_image"])
+        del batch
+    finally:
+        store.release()
