@@ -13,6 +13,8 @@
   simulator's step time, e.g. LIBERO's ~10 ms), for pipelining benchmarks.
 - [`LatencyEnv`][pipelined_vec_env.debug_envs.LatencyEnv]: an env whose step sleeps a lognormal time (a long tail of slow
   steps, off-CPU), for decoupled-mode tests and benchmarks.
+- [`CameraEnv`][pipelined_vec_env.debug_envs.CameraEnv]: camera frames (pre-built RGB images) and a state vector, with
+  an optional CPU cost per step, for frame transport tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gymnasium import spaces
 
 __all__ = [
     "BusyEnv",
+    "CameraEnv",
     "CountingEnv",
     "EchoEnv",
     "FaultyEnv",
@@ -380,3 +383,78 @@ class ReachEnv(gym.Env):
         reward = -distance / 10 + float(success)
         truncated = self._steps >= self.horizon and not success
         return self._obs(), reward, success, truncated, {"is_success": success}
+
+
+class CameraEnv(gym.Env):
+    """Camera frames and a state, as a VLA's LIBERO env returns them, at no render cost.
+
+    The frames are built once, at construction (``frames`` random images per camera), and
+    a step returns one of them per camera: what is timed is moving frames, not making
+    them. Observation (``Dict``): ``"camera0_image"``, ``"camera1_image"`` ... uint8
+    ``(side, side, 3)``, then ``"state"`` float32 ``(state_size,)`` whose first entry is
+    the step count and second the frame index the step returned. Action Box ``(7,)`` in
+    [-1, 1]. Episodes truncate after ``episode_length`` steps.
+
+    Args:
+        cameras: Camera images per observation.
+        side: Image side in pixels.
+        state_size: State entries (at least 2).
+        step_seconds: CPU time each step burns, in seconds (a simulator's cost).
+        episode_length: Steps per episode.
+        frames: Pre-built images per camera; step ``t`` returns image
+            ``(t + offset) % frames``, ``offset`` drawn at reset from the env's seed.
+    """
+
+    def __init__(
+        self,
+        cameras: int = 2,
+        side: int = 224,
+        state_size: int = 9,
+        step_seconds: float = 0.0,
+        episode_length: int = 1000,
+        frames: int = 4,
+    ) -> None:
+        if cameras < 1 or side < 1 or state_size < 2 or frames < 1:
+            raise ValueError(
+                f"CameraEnv: expected cameras >= 1, side >= 1, state_size >= 2 and frames >= 1, "
+                f"got {cameras}, {side}, {state_size}, {frames}"
+            )
+        self.step_seconds = step_seconds
+        self.episode_length = episode_length
+        image = spaces.Box(0, 255, shape=(side, side, 3), dtype=np.uint8)
+        self.keys = tuple(f"camera{c}_image" for c in range(cameras))
+        self.observation_space = spaces.Dict(
+            {
+                **{key: image for key in self.keys},
+                "state": spaces.Box(-np.inf, np.inf, shape=(state_size,), dtype=np.float32),
+            }
+        )
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(7,), dtype=np.float32)
+        rng = np.random.default_rng(0)
+        self.frames = [
+            rng.integers(0, 256, size=(frames, side, side, 3), dtype=np.uint8) for _ in self.keys
+        ]
+        self.state = np.zeros(state_size, dtype=np.float32)
+        self.t = 0
+        self.offset = 0
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        index = (self.t + self.offset) % len(self.frames[0])
+        self.state[0], self.state[1] = self.t, index
+        obs = {key: frames[index] for key, frames in zip(self.keys, self.frames, strict=True)}
+        obs["state"] = self.state.copy()
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.offset = int(self.np_random.integers(len(self.frames[0])))
+        return self._obs(), {}
+
+    def step(self, action: Any):
+        if self.step_seconds > 0:
+            end = time.thread_time() + self.step_seconds
+            while time.thread_time() < end:
+                pass  # burn CPU time, as a simulator would
+        self.t += 1
+        return self._obs(), 0.0, False, self.t >= self.episode_length, {}

@@ -5,11 +5,18 @@ write each env's observation into gymnasium's buffers (`shared_memory`) and answ
 none; otherwise each answer carries the observations as items, kept here per env. Either
 way the vector env, stage stepping and decoupled stepping read batches, single items and
 copies through one `ObservationStore`.
+
+A step's copy of a batch in shared memory is made worker by worker (`RowCopy`): the rows
+of one worker are copied as its answer comes, while the other workers still step, instead
+of the whole batch once the last one answered.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+from collections import deque
+from collections.abc import Callable
 from copy import deepcopy
 from typing import Any
 
@@ -27,7 +34,7 @@ from gymnasium.vector.utils import (
 from .batching import batch_slice
 from .shared_memory import create_observation_buffers, release
 
-__all__ = ["ObservationStore"]
+__all__ = ["ObservationStore", "RowCopy", "leaves"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,124 @@ def _views_stay_valid(space: Space) -> bool:
     return isinstance(
         space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
     )
+
+
+def leaves(batch: Any) -> list[np.ndarray]:
+    """The arrays of a batch in gymnasium's layout (a dict's in key order, a tuple's in
+    order), depth first."""
+    if isinstance(batch, dict):
+        return [a for value in batch.values() for a in leaves(value)]
+    if isinstance(batch, tuple):
+        return [a for value in batch for a in leaves(value)]
+    return [batch]
+
+
+class RowCopy:
+    """A copy of the observations of the envs ``envs`` in shared memory, made a run of
+    rows at a time (`copy_rows`) as workers answer, finished by `result`.
+
+    It reads the store's views at each copy and keeps none: a copy left unfinished (a
+    failed wait, whose traceback holds it) does not keep the segments mapped.
+
+    Args:
+        store: The observations (with views in shared memory, `ObservationStore.views`).
+        envs: The envs of the copy (global ids).
+        batch: Where the copy goes: a batch of ``envs`` in gymnasium's layout that
+            nothing else references (`ObservationStore.row_copy` picks it).
+    """
+
+    __slots__ = ("_done", "_out", "_store", "batch", "start", "stop")
+
+    def __init__(self, store: ObservationStore, envs: slice, batch: Any) -> None:
+        self.start, self.stop = envs.start, envs.stop
+        self._store = store
+        self.batch = batch
+        self._out = leaves(self.batch)
+        self._done = np.zeros(self.stop - self.start, dtype=np.bool_)
+
+    def copy_rows(self, lo: int, hi: int) -> None:
+        """Copy the rows of the envs ``lo .. hi - 1`` (global ids within the copy's)."""
+        views = self._store.views
+        if views is None:  # released: nothing left to copy from
+            return
+        a, b = lo - self.start, hi - self.start
+        for out, view in zip(self._out, leaves(views), strict=True):
+            out[a:b] = view[lo:hi]
+        self._done[a:b] = True
+
+    @property
+    def complete(self) -> bool:
+        """Whether every row was copied."""
+        return bool(self._done.all())
+
+    def result(self) -> Any:
+        """The batch (a new one, the caller's), after copying every row not copied yet."""
+        if not self.complete:
+            todo = np.flatnonzero(~self._done)
+            # runs of consecutive rows: one slice copy each
+            breaks = np.flatnonzero(np.diff(todo) != 1) + 1
+            for run in np.split(todo, breaks):
+                self.copy_rows(self.start + int(run[0]), self.start + int(run[-1]) + 1)
+        return self.batch
+
+
+#: Smallest batch (bytes) a step copies worker by worker (`RowCopy`); a smaller one is
+#: copied at once at the end, where the copy costs less than the bookkeeping (a few
+#: microseconds: light state observations).
+ROW_COPY_MIN_BYTES = 256 * 1024
+
+#: Batches a step returned that the store keeps, per slice of envs, to reuse once nothing
+#: else references them (the caller's variable still holds the last one at the next step).
+KEPT_BATCHES = 3
+
+
+def _nodes(batch: Any) -> list[Any]:
+    """A batch's containers and arrays, depth first (the batch itself first)."""
+    if isinstance(batch, dict):
+        return [batch, *(n for value in batch.values() for n in _nodes(value))]
+    if isinstance(batch, tuple):
+        return [batch, *(n for value in batch for n in _nodes(value))]
+    return [batch]
+
+
+def _ids(batch: Any) -> tuple[int, ...]:
+    """The identities of a batch's nodes: a batch whose caller replaced or added an array
+    or a key is not the one the store made."""
+    return tuple(id(n) for n in _nodes(batch))
+
+
+def _refcounts(batch: Any) -> list[int]:
+    """The reference counts of ``batch`` and of each of its nodes, as seen from here."""
+    counts = [sys.getrefcount(batch)]
+    nodes = _nodes(batch)
+    for k in range(1, len(nodes)):
+        counts.append(sys.getrefcount(nodes[k]))
+    return counts
+
+
+def _calibrate() -> tuple[int, int] | None:
+    """The counts `_refcounts` sees for a kept batch nothing else references: ``(root,
+    node)``; None where the interpreter has no reference counts."""
+    if not hasattr(sys, "getrefcount"):
+        return None
+    sample = {"a": np.zeros(1), "b": (np.zeros(1),)}
+    kept: deque[tuple[Any, tuple[int, ...]]] = deque([(sample, _ids(sample))])
+    del sample
+    counts = _refcounts(kept[0][0])
+    if len(set(counts[1:])) != 1:
+        return None
+    return counts[0], counts[1]
+
+
+_UNREFERENCED = _calibrate()
+
+
+def _unreferenced(counts: list[int]) -> bool:
+    """Whether `_refcounts` of a kept batch say nothing but the store references it."""
+    if _UNREFERENCED is None:
+        return False
+    root, node = _UNREFERENCED
+    return counts[0] == root and all(c == node for c in counts[1:])
 
 
 def _first(space: Space, batch: Any) -> Any:
@@ -74,6 +199,9 @@ class ObservationStore:
         self.buffers: Any = None
         self.segments: list[Any] = []
         self._items: list[Any] = [None] * num_envs
+        self._on_release: list[Callable[[], None]] = []
+        # batches returned by copies, to reuse (`_free_batch`)
+        self._kept: dict[tuple[int, int], deque[tuple[Any, tuple[int, ...]]]] = {}
         if shared:
             created = create_observation_buffers(space, num_envs, shm_fallback)
             if created is not None:
@@ -85,6 +213,8 @@ class ObservationStore:
         self._view = None  # the whole batch in shared memory, as views (where they stay valid)
         if self.buffers is not None and _views_stay_valid(space):
             self._view = read_from_shared_memory(space, self.buffers, n=num_envs)
+        self._env_bytes = 0 if self._view is None else sum(a.nbytes for a in leaves(self._view))
+        self._env_bytes //= num_envs
         # a single numeric array (Box, Discrete, ...): `batch` slices and copies it directly
         self._array = isinstance(self._view, np.ndarray) and self._view.dtype != object
 
@@ -92,6 +222,48 @@ class ObservationStore:
     def shared(self) -> bool:
         """Observations live in shared memory (answers carry none)."""
         return self.buffers is not None
+
+    @property
+    def views(self) -> Any:
+        """The whole batch of ``num_envs`` observations in shared memory as numpy views
+        (gymnasium's batched layout), or None (no shared memory, or a space whose reads
+        decode copies: Text, OneOf). Env ``g``'s rows hold its latest result and are
+        overwritten while a command to it is in flight."""
+        return self._view
+
+    def row_copy(self, envs: slice) -> RowCopy | None:
+        """A `RowCopy` of the envs ``envs``, or None where the observations have no views
+        in shared memory or their batch is under `ROW_COPY_MIN_BYTES` (`batch` copies
+        them then)."""
+        if self._view is None or self._env_bytes * (envs.stop - envs.start) < ROW_COPY_MIN_BYTES:
+            return None
+        return RowCopy(self, envs, self._free_batch(envs))
+
+    def _free_batch(self, envs: slice, key: tuple[int, int] | None = None) -> Any:
+        """A batch for a copy of the envs ``envs``: one returned earlier (under ``key``,
+        by default the slice's bounds) that nothing references any more (its reference
+        counts say so), else a new one, kept.
+
+        New memory costs a page fault per page at its first write, more than the copy
+        itself (``benchmarks/frames.py`` times both); a batch the caller let go is
+        already mapped. One the caller still holds (a rollout's list, a view, a tensor
+        made with ``torch.from_numpy``) is referenced, so never reused."""
+        if key is None:
+            key = (envs.start, envs.stop)
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._kept[key] = deque()
+        for k in range(len(kept)):
+            if _unreferenced(_refcounts(kept[k][0])) and _ids(kept[k][0]) == kept[k][1]:
+                entry = kept[k]
+                del kept[k]
+                kept.append(entry)  # the latest returned goes last
+                return entry[0]
+        batch = create_empty_array(self.space, n=envs.stop - envs.start, fn=np.empty)
+        kept.append((batch, _ids(batch)))
+        if len(kept) > KEPT_BATCHES:
+            kept.popleft()
+        return batch
 
     def keep(self, g: int, item: Any) -> None:
         """Remember ``item`` (from an answer) as env ``g``'s latest observation."""
@@ -108,7 +280,22 @@ class ObservationStore:
         )
 
     def rows(self, ids: np.ndarray) -> Any:
-        """A batch (copies) of the observations in shared memory of the envs ``ids``."""
+        """A batch (copies) of the observations in shared memory of the envs ``ids``.
+
+        A batch of `ROW_COPY_MIN_BYTES` or more is copied one run of consecutive envs at
+        a time (a ``recv``'s answers are whole workers' runs) into a batch returned
+        earlier for as many envs that nothing references any more (`_free_batch`)."""
+        n = len(ids)
+        if self._view is not None and self._env_bytes * n >= ROW_COPY_MIN_BYTES:
+            batch = self._free_batch(slice(0, n), key=(-1, n))
+            starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)
+            ends = np.append(starts[1:], n)
+            view_leaves = leaves(self._view)
+            for out, view in zip(leaves(batch), view_leaves, strict=True):
+                for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                    first = int(ids[a])
+                    out[a:b] = view[first : first + b - a]
+            return batch
         if self._array:
             return self._view[ids]  # type: ignore[index]
         return batch_slice(self.space, self._shared(), ids)
@@ -132,8 +319,20 @@ class ObservationStore:
             self.space, items, create_empty_array(self.space, n=len(items), fn=np.zeros)
         )
 
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` in `release`, before the segments are unmapped."""
+        self._on_release.append(callback)
+
     def release(self) -> None:
-        """Drop the views and unlink the shared memory segments (after the workers stop)."""
+        """Drop the views and unlink the shared memory segments (after the workers stop);
+        the `on_release` callbacks run first (each once; one that raises is logged)."""
+        callbacks, self._on_release = self._on_release, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.warning("an observation release callback raised", exc_info=True)
+        self._kept = {}
         # drop our views first: a segment with live views cannot be unmapped
         self._view = self.buffers = None
         self._array = False

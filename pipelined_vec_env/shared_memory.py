@@ -32,9 +32,16 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import create_shared_memory
+from gymnasium.vector.utils import (
+    create_shared_memory,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
+
+_ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 __all__ = [
+    "RowWriter",
     "SHM_DIR",
     "SHM_FALLBACKS",
     "SharedArray",
@@ -308,3 +315,57 @@ def release(arrays: list[SharedArray]) -> None:
     """Release every buffer in ``arrays``."""
     for array in arrays:
         array.release()
+
+
+def _array_leaves(space: spaces.Space) -> bool:
+    """Whether every leaf of ``space`` is a fixed-layout array (Box, Discrete ...), nested
+    in Dict and Tuple spaces: gymnasium's reads of its buffers are then plain views."""
+    if isinstance(space, spaces.Dict):
+        return all(_array_leaves(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return all(_array_leaves(s) for s in space.spaces)
+    return isinstance(space, _ARRAY_SPACES)
+
+
+def _write_leaves(views: Any, g: int, value: Any) -> None:
+    if isinstance(views, dict):
+        for key, view in views.items():
+            _write_leaves(view, g, value[key])
+    elif isinstance(views, tuple):
+        for view, part in zip(views, value, strict=True):
+            _write_leaves(view, g, part)
+    else:
+        array = np.asarray(value)
+        if array.shape != views.shape[1:]:  # gymnasium's write takes any array of its size
+            array = array.reshape(views.shape[1:])
+        views[g] = array  # one copy, cast to the buffer's dtype as gymnasium casts
+
+
+class RowWriter:
+    """Writes one env's observation into gymnasium's shared buffers with one copy per array.
+
+    gymnasium's ``write_to_shared_memory`` flattens each array before copying it into
+    the buffer: two copies of every camera frame. Here each array of the observation is
+    copied once, straight into its row of a view of the buffers kept from the start
+    (``np.copyto``, values cast to the space's dtype as gymnasium casts them). Spaces
+    whose leaves are not all fixed-layout arrays (Text, OneOf ...) are written by
+    gymnasium's function.
+
+    Args:
+        space: The single observation space.
+        buffers: gymnasium's shared memory buffers for ``num_envs`` envs of ``space``.
+        num_envs: Envs the buffers hold.
+    """
+
+    def __init__(self, space: spaces.Space, buffers: Any, num_envs: int) -> None:
+        self.space, self.buffers = space, buffers
+        self.views = (
+            read_from_shared_memory(space, buffers, n=num_envs) if _array_leaves(space) else None
+        )
+
+    def write(self, g: int, value: Any) -> None:
+        """Write ``value`` (an item of ``space``) as env ``g``'s observation."""
+        if self.views is None:
+            write_to_shared_memory(self.space, g, value, self.buffers)
+        else:
+            _write_leaves(self.views, g, value)

@@ -86,8 +86,12 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             naming the bytes needed and free and how to grow /dev/shm; ``"error"`` raises
             `SharedMemoryFullError` (an `OSError`) from the constructor instead. See
             ``docs/frames.md``.
-        copy: Return copies of the observations (else views into buffers that the next
-            call overwrites).
+        copy: Return copies of the observations: ``step`` copies each worker's rows out
+            of shared memory as that worker answers, while the others still step. False
+            returns views of the shared buffers (`shared_observations`) and copies
+            nothing: env ``g``'s rows are overwritten once a command to ``g`` is sent
+            (the next ``step_async``/``step``/``reset`` that includes it), so read or copy
+            them before. ``recv`` always returns copies.
         autoreset_mode: gymnasium's `gymnasium.vector.AutoresetMode` (or its
             string value), applied inside the workers.
         observation_mode: ``"same"``, ``"different"`` (envs whose observation spaces
@@ -421,6 +425,30 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         hold the observations, to check that none outlives `close` or a worker's death;
         empty when observations travel through pipes."""
         return [] if self._obs is None else [segment.name for segment in self._obs.segments]
+
+    @property
+    def shared_observations(self) -> Any:
+        """The observations of all ``num_envs`` envs in shared memory, as numpy views in
+        gymnasium's batched layout (a dict of arrays for a Dict space), or None where
+        observations travel through pipes (``shared_memory=False``, the Ray backend, a
+        space without a fixed layout) or the env is closed.
+
+        Env ``g``'s rows hold the observation of its latest result (the one the last
+        ``step``/``reset``/``recv`` returned for it) until a command to ``g`` is sent
+        (``step_async``, ``send``, a reset): from then on its worker may write them. A
+        view is read, or copied, before that; ``copy=False`` steps return such views.
+        The views end with `close` (read them no more). `TorchObservations` reads them
+        as torch tensors (``pipelined_vec_env.torch_observations``).
+        """
+        return None if self._obs is None or self.closed else self._obs.views
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Have `close` call ``callback()`` after the workers stop and before the shared
+        observation buffers are unmapped (e.g. to unregister page-locked memory, as
+        `TorchObservations` does). A callback that raises is logged; close goes on."""
+        self._check_open()
+        assert self._obs is not None
+        self._obs.on_release(callback)
 
     # ------------------------------------------------------------------ reset
 

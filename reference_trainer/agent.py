@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipelined_vec_env.torch_observations import as_tensors
+
 if TYPE_CHECKING:
     from .config import TrainConfig
 
@@ -92,7 +94,9 @@ def obs_to_tensor(obs: np.ndarray | dict[str, np.ndarray], device: torch.device)
 
     Returns:
         The same structure as tensors; ``uint8`` images stay ``uint8`` (the CNN scales them)
-        and floating arrays become float32.
+        and floating arrays become float32. On the CPU they share the arrays' memory; on
+        a GPU they are uploaded with ``non_blocking=True`` (`as_tensors`: a DMA where the
+        arrays are views of a vector env's page-locked buffers).
     """
     if isinstance(obs, dict):
         return {key: _array_to_tensor(value, device) for key, value in obs.items()}
@@ -101,9 +105,8 @@ def obs_to_tensor(obs: np.ndarray | dict[str, np.ndarray], device: torch.device)
 
 def _array_to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     array = np.asarray(array)
-    if array.dtype == np.uint8:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(device)
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
+    dtype = np.uint8 if array.dtype == np.uint8 else np.float32
+    return as_tensors(np.ascontiguousarray(array, dtype=dtype), device)
 
 
 class RunningMeanStd(nn.Module):

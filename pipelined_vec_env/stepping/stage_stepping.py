@@ -14,7 +14,7 @@ failure raised with the healthy envs' ``partial_results``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from gymnasium.vector import AutoresetMode
 from ..batching import batch_slice
 from ..errors import ObservationError
 from ..infos import add_env_info
-from ..observations import ObservationStore
+from ..observations import ObservationStore, RowCopy
 from ..workers.pool import WorkerPool
 from ..workers.protocol import Answer, Command, Ok
 from ..workers.slots import ColumnInfos, SlotRead, read_step
@@ -262,12 +262,14 @@ class StageStepping:
                 ``partial_results`` (see `PipelinedVectorEnv.step_wait`).
         """
         n, start = envs.stop - envs.start, envs.start
-        collected, error = self.wait(stages, "step", whole, timeout)
+        rows = self.observations.row_copy(envs) if copy else None
+        on_answer = None if rows is None else self._row_copier(rows)
+        collected, error = self.wait(stages, "step", whole, timeout, on_answer)
         answered = [pair for _, results in collected for pair in results]
         if error is None and info_layout != "per_env":
             columns = _column_results(answered, start, n)
             if columns is not None:  # the fast path's answers: no per-env work
-                return (self.observations.batch(envs, copy), *columns)
+                return (self._step_observations(envs, copy, rows), *columns)
         # the general path: each answer's results copied out of its slot first
         answered = [(w, p.read() if type(p) is SlotRead else p) for w, p in answered]
         salvaged = _salvage(error)
@@ -298,7 +300,7 @@ class StageStepping:
                     self.observations.keep(g, items[k])
                 for info in env_infos[k]:
                     infos = add_env_info(infos, info, g - start, n)
-        obs = self.observations.batch(envs, copy)
+        obs = self._step_observations(envs, copy, rows)
         if error is not None:
             real = np.zeros(n, dtype=np.bool_)
             for worker, _ in answered:
@@ -309,6 +311,40 @@ class StageStepping:
             attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
             raise error
         return obs, rewards, terminations, truncations, infos
+
+    def _row_copier(self, rows: RowCopy) -> Callable[[WorkerTransport, Answer], None]:
+        """``on_answer`` of a step's wait: copy the rows of a worker that answered its
+        step (in shared memory) while the others still step; a profiled env records each
+        copy as an ``"observation copy"`` span."""
+        profiler = self.pool.profiler
+
+        def copy_rows(worker: WorkerTransport, answer: Answer) -> None:
+            if not answer.ok:  # a failure: its rows are copied at the end, maybe rebuilt
+                return
+            lo, hi = worker.env_indices[0], worker.env_indices[-1] + 1
+            if profiler is None:
+                rows.copy_rows(lo, hi)
+                return
+            with profiler.span("observation copy"):
+                rows.copy_rows(lo, hi)
+
+        return copy_rows
+
+    def _step_observations(self, envs: slice, copy: bool, rows: RowCopy | None) -> Any:
+        """The observations a step returns: ``rows`` finished (the rows not copied as
+        their worker answered), else the store's batch (views with ``copy=False``). A
+        profiled env records each copy out of shared memory as an ``"observation copy"``
+        span."""
+        profiler = self.pool.profiler
+        if rows is None:
+            if profiler is None or not copy or not self.observations.shared:
+                return self.observations.batch(envs, copy)
+            with profiler.span("observation copy"):
+                return self.observations.batch(envs, copy)
+        if profiler is None or rows.complete:
+            return rows.result()
+        with profiler.span("observation copy"):
+            return rows.result()
 
     # ------------------------------------------------------------------ calls
 
@@ -383,15 +419,20 @@ class StageStepping:
     # ------------------------------------------------------------------ waiting
 
     def wait(
-        self, stages: list[Stage], op: str, whole: bool, timeout: float | None
+        self,
+        stages: list[Stage],
+        op: str,
+        whole: bool,
+        timeout: float | None,
+        on_answer: Callable[[WorkerTransport, Answer], None] | None = None,
     ) -> tuple[list, BaseException | None]:
         """Wait for ``op`` on ``stages`` (restarting failed workers within ``max_restarts``);
         return the ``(stage, results)`` pairs of every stage, drained, and the first
-        failure (not raised), or None."""
+        failure (not raised), or None. ``on_answer`` is `WorkerPool.wait`'s."""
         for stage in stages:
             stage.check_wait(op, whole)
         workers = [w for s in stages for w in s.workers]
-        self.pool.wait(workers, timeout)
+        self.pool.wait(workers, timeout, on_answer)
         answers = {w.index: self.pool.take(w) for w in workers}
         if op in ("step", "reset") and self.max_restarts:
             failed = []  # every worker of the call to restart: rebuilt together

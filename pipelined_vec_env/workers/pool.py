@@ -454,8 +454,17 @@ class WorkerPool:
             wait = due - now if wait is None else min(wait, due - now)
         return wait
 
-    def wait(self, workers: Sequence[Any], timeout: float | None) -> None:
+    def wait(
+        self,
+        workers: Sequence[Any],
+        timeout: float | None,
+        on_answer: Callable[[Any, Answer], None] | None = None,
+    ) -> None:
         """Poll until none of ``workers`` has a command in flight.
+
+        ``on_answer(worker, answer)``, where given, is called for each answer as it is
+        collected, while the other workers still step (a step's observations are copied
+        there, worker by worker); the answer stays queued for `take`.
 
         Answers received before a timeout stay in the pool, so a later wait picks up
         where this one stopped.
@@ -482,7 +491,10 @@ class WorkerPool:
                 if deadline is not None:  # never past the caller's timeout
                     budget = min(budget, remaining(deadline) or 0.0)
                 self.backend.spin_for_answers(busy, budget)
-            self._collect(busy, remaining(deadline), None)
+            done = self._collect(busy, remaining(deadline), None)[0]
+            if on_answer is not None:
+                for w, _ in done:
+                    on_answer(w, self._answers[w.index][-1])
             if spun:
                 self._tail.record(time.perf_counter() - started)
             left = [w for w in busy if queues[w.index]]
