@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -14,14 +15,71 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = [
+    "REPO",
     "cpu_model",
     "cpu_seconds",
     "git_commit",
+    "machine_identity",
     "package_versions",
+    "relative_paths",
     "run_record",
     "write_results",
     "workers_cpu_seconds",
 ]
+
+
+#: The repository these scripts live in.
+REPO = Path(__file__).resolve().parents[1]
+
+#: An absolute path in a string: under the user's folders, a scratch folder or a checkout.
+_ABSOLUTE = re.compile(
+    r"(?<![\w.~<>-])/(?:tmp|work|root|home|Users|private|var|mnt)(?:/[\w.+=@-]+)+"
+)
+
+
+def relative_paths(value: object, repo: Path = REPO) -> object:
+    """``value`` (a result to be written: dicts, lists, strings, `Path`) with every absolute
+    path made relative to ``repo`` (``repo`` itself is ``"."``); a path outside ``repo``
+    keeps its last two parts after ``<outside>/`` (``/tmp/base/pipelined_vec_env`` is
+    ``<outside>/base/pipelined_vec_env``), so a result file names no folder of the machine
+    it ran on."""
+    if isinstance(value, dict):
+        return {k: relative_paths(v, repo) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [relative_paths(v, repo) for v in value]
+    if isinstance(value, Path):
+        value = str(value)
+    if not isinstance(value, str):
+        return value
+    root = str(repo.resolve())
+
+    def one(match: re.Match[str]) -> str:
+        path = match[0]
+        if path == root:
+            return "."
+        if path.startswith(root + "/"):
+            return path[len(root) + 1 :]
+        return "<outside>/" + "/".join(path.rstrip("/").split("/")[-2:])
+
+    return _ABSOLUTE.sub(one, value)
+
+
+def machine_identity() -> dict:
+    """Which machine this is: CPU model, CPU count and the cores this process may use,
+    kernel (``platform.release()``), platform string, Python version, and the 1-, 5- and
+    15-minute load averages now."""
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        # the cores this process may run on (a `taskset` pin shows here)
+        "usable_cpus": sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else None,
+        "kernel": platform.release(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
 
 
 def cpu_model() -> str:
@@ -93,21 +151,16 @@ def package_versions(names: Iterable[str]) -> dict[str, str | None]:
 
 def run_record(repo: Path, started: float, load_start: float, packages: Iterable[str]) -> dict:
     """Where and how a run was made: wall time since ``started`` (``time.time()``), the
-    command line, ``repo``'s commit, the start date (UTC), and the machine (CPU count, the
-    cores this process may use, CPU model, 1-minute load average at the start and now,
-    versions of ``packages``)."""
+    command line (paths relative to ``repo``), ``repo``'s commit, the start date (UTC), and
+    the machine (`machine_identity`: CPU model, cores, kernel, load averages at the end;
+    the 1-minute load at the start, ``load_start``; versions of ``packages``)."""
     return {
         "wall_s": time.time() - started,
-        "command": "python " + " ".join(sys.argv),
+        "command": relative_paths("python " + " ".join(sys.argv), repo),
         "commit": git_commit(repo),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
         "machine": {
-            "cpu_count": os.cpu_count(),
-            # the cores this process may run on (a `taskset` pin shows here)
-            "usable_cpus": sorted(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else None,
-            "cpu_model": cpu_model(),
+            **machine_identity(),
             "load_average_1m_start": load_start,
             "load_average_1m_end": os.getloadavg()[0],
             "versions": package_versions(packages),
@@ -116,9 +169,10 @@ def run_record(repo: Path, started: float, load_start: float, packages: Iterable
 
 
 def write_results(output: Path, report: dict, text: str) -> None:
-    """Print ``text`` (the markdown table) and write ``report`` to ``output`` (JSON) and the
-    table beside it (``output`` with the suffix ``.md``), making the folder if needed."""
+    """Print ``text`` (the markdown table) and write ``report`` to ``output`` (JSON, its
+    paths made relative by `relative_paths`) and the table beside it (``output`` with the
+    suffix ``.md``), making the folder if needed."""
     print(text)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(report, indent=2))
+    output.write_text(json.dumps(relative_paths(report), indent=2))
     output.with_suffix(".md").write_text(text + "\n")

@@ -54,7 +54,7 @@ from typing import Any
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, package_versions, write_results  # noqa: E402
+from _machine import cpu_model, machine_identity, package_versions, write_results  # noqa: E402
 
 __all__ = ["Args", "Patch", "VARIANTS", "main", "patched", "sps_of"]
 
@@ -241,6 +241,7 @@ def run_once(script: Path, args: Args) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     return {
+        **machine_identity(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": cpu_model(),
@@ -266,6 +267,28 @@ def table(rows: list[dict[str, Any]], args: Args, commit: str | None) -> str:
     for r in rows:
         ratio = "" if r["vs_sync"] is None else f"{r['vs_sync']:.2f}x"
         lines.append(f"| {r['variant']} | {r['sps']:.0f} | {ratio} | {r['wall_s']:.1f} |")
+    return "\n".join(lines)
+
+
+#: How `runs_table` names each variant.
+LABELS = {"SyncVectorEnv": "`gym.vector.SyncVectorEnv`"}
+
+
+def runs_table(result: dict[str, Any]) -> str:
+    """A result file's (the whole JSON's) medians, every round's SPS and the paired ratio
+    with the target, as ``docs/benchmarks.md`` shows them."""
+    lines = [
+        "| vector env | SPS (median) | per round | vs SyncVectorEnv (paired) |",
+        "|---|---:|---|---:|",
+    ]
+    for r in result["rows"]:
+        label = LABELS.get(r["variant"], f"`{r['variant']}`")
+        rounds = ", ".join(str(x["sps"]) for x in r["runs"])
+        ratio = ""
+        if r["vs_sync"] is not None:
+            met = "met" if r["vs_sync"] >= 1.1 else "not met"
+            ratio = f"{r['vs_sync']:.2f}x (target >= 1.1x: {met})"
+        lines.append(f"| {label} | {r['sps']:.0f} | {rounds} | {ratio} |")
     return "\n".join(lines)
 
 

@@ -56,7 +56,7 @@ import tyro
 from gymnasium import spaces
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import workers_cpu_seconds  # noqa: E402
+from _machine import relative_paths, workers_cpu_seconds  # noqa: E402
 
 __all__ = ["Args", "NullInfoEnv", "main", "measure", "profile_shares"]
 
@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         output["profiles"] = profiles
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(output, indent=1) + "\n")
+        args.output.write_text(json.dumps(relative_paths(output), indent=1) + "\n")
     return output
 
 

@@ -58,6 +58,9 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.stepping.channel import InferenceChannel
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
+from _machine import machine_identity, relative_paths  # noqa: E402
+
 __all__ = ["Args", "LongTailEnv", "main"]
 
 # Loaded by path (tests), worker processes cannot import this module by name.
@@ -291,6 +294,7 @@ def main(args: Args) -> dict[str, Any]:
         "ceilings_steps_per_s": bounds,
         "rows": rows,
         "machine": {
+            **machine_identity(),
             "platform": platform.platform(),
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
@@ -304,9 +308,36 @@ def main(args: Args) -> dict[str, Any]:
     }
     print_table(report)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    args.out.write_text(json.dumps(relative_paths(report), indent=2) + "\n")
     print(f"\nwrote {args.out}")
     return report
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The rows of ``report`` (the JSON this script writes) as a Markdown table: env
+    steps/s, the ratio to sync, the queue size, the mean batch (per actor) and the queue
+    wait in ms (mean / p99)."""
+    lines = [
+        "| mode | steps/s | x sync | q | mean batch | per actor | queue wait ms (mean / p99) |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in report["rows"]:
+        wait = (
+            f"{r['mean_queue_wait_ms']:.2f} / {r['p99_queue_wait_ms']:.2f}"
+            if "mean_queue_wait_ms" in r
+            else ""
+        )
+        cells = [
+            r["mode"],
+            f"{r['steps_per_s']:.1f}",
+            f"{r['speedup_vs_sync']:.2f}",
+            str(r.get("rollout_queue_size", "")),
+            f"{r['mean_batch']:.1f}",
+            "/".join(f"{b:.1f}" for b in r.get("per_actor_mean_batch", [])),
+            wait,
+        ]
+        lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in cells))
+    return "\n".join(lines)
 
 
 def print_table(report: dict[str, Any]) -> None:

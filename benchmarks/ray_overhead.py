@@ -41,7 +41,7 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import package_versions  # noqa: E402
+from _machine import machine_identity, package_versions, relative_paths  # noqa: E402
 
 logger = logging.getLogger("ray_overhead")
 
@@ -129,6 +129,7 @@ def machine_info() -> dict[str, Any]:
 
     versions = package_versions(("ray", "gymnasium", "numpy"))
     return {
+        **machine_identity(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": len(os.sched_getaffinity(0))
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "samples_us": {"/".join(k): [round(x, 1) for x in v] for k, v in us.items()},
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    args.output.write_text(json.dumps(relative_paths(result), indent=2) + "\n")
     logger.info("wrote %s", args.output)
     return result
 

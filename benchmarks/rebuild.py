@@ -39,7 +39,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _children import run_child_json  # noqa: E402
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, machine_identity, package_versions, relative_paths  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rebuild.json"
 REPO = Path(__file__).resolve().parents[1]
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
         "machine": {
+            **machine_identity(),
             "cpu_model": cpu_model(),
             "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "python": platform.python_version(),
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     markdown = table(args, rows, variants)
     print(markdown)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
+    args.output.write_text(json.dumps(relative_paths(result), indent=2))
     args.output.with_suffix(".md").write_text(markdown + "\n")
     print(f"wrote {args.output}")
     return result

@@ -61,7 +61,7 @@ import tyro
 from gymnasium.vector import AutoresetMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import cpu_model  # noqa: E402
+from _machine import cpu_model, machine_identity, relative_paths  # noqa: E402
 
 from pipelined_vec_env import PipelinedVectorEnv  # noqa: E402
 from pipelined_vec_env.debug_envs import BusyEnv  # noqa: E402
@@ -219,6 +219,7 @@ class _Config:
 
 def _machine(device: torch.device) -> dict:
     return {
+        **machine_identity(),
         "cpus": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
@@ -529,6 +530,21 @@ def run_offcpu(args: Args) -> dict:
     }
 
 
+def _offcpu_tables(result: dict) -> list[str]:
+    parts = offcpu_table(result).split("\n\n")
+    return [part for part in parts if part.startswith("|")]
+
+
+def offcpu_rates_table(result: dict) -> str:
+    """The first table of ``offcpu_table``: env steps/s (fraction of ideal) per lever."""
+    return _offcpu_tables(result)[0]
+
+
+def offcpu_waits_table(result: dict) -> str:
+    """The second table of ``offcpu_table``: ms per env step waiting for a core."""
+    return _offcpu_tables(result)[1]
+
+
 def offcpu_table(result: dict) -> str:
     """The offcpu results as a Markdown table (levers as rows, stage counts as columns)."""
     args = result["args"]
@@ -598,7 +614,7 @@ def main() -> None:
         print(table)
         out = Path(args.output or Path(__file__).parent / "results" / "rollout_overlap_offcpu.json")
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
+        out.write_text(json.dumps(relative_paths(result), indent=2))
         out.with_suffix(".md").write_text(table + "\n")
         print(f"wrote {out} and {out.with_suffix('.md')}")
         return
@@ -608,7 +624,7 @@ def main() -> None:
         args.output or Path(__file__).parent / "results" / f"rollout_overlap_{args.device}.json"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    out.write_text(json.dumps(relative_paths(result), indent=2))
     print(f"wrote {out}")
 
 

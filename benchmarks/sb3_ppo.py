@@ -34,13 +34,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import package_versions, write_results  # noqa: E402
+from _machine import machine_identity, package_versions, write_results  # noqa: E402
 
 # torch and SB3 are imported inside functions: the workers (forkserver) import this
 # module as their ``__main__`` and need neither.
@@ -154,6 +155,7 @@ def run_once(make_venv: Any, args: Args) -> dict[str, float]:
 def machine() -> dict[str, Any]:
     versions = package_versions(("gymnasium", "stable_baselines3", "torch", "mujoco", "numpy"))
     return {
+        **machine_identity(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus_usable": len(os.sched_getaffinity(0))
@@ -181,6 +183,11 @@ def table(rows: list[dict[str, Any]], args: Args) -> str:
             f"{r['param_checksum']:.6f} |"
         )
     return "\n".join(lines)
+
+
+def results_table(result: dict[str, Any]) -> str:
+    """`table` of a result file (the whole JSON, whose ``args`` are strings)."""
+    return table(result["rows"], SimpleNamespace(**result["args"]))  # type: ignore[arg-type]
 
 
 def main(args: Args) -> dict[str, Any]:

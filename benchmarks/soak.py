@@ -44,7 +44,7 @@ from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import CountingEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, machine_identity, package_versions, relative_paths  # noqa: E402
 
 __all__ = ["Args", "fit_slope", "main", "sample"]
 
@@ -241,6 +241,7 @@ def main(args: Args) -> dict[str, Any]:
         "benchmark": "soak",
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()},
         "machine": {
+            **machine_identity(),
             **machine_info(),
             "load_average_1m_at_start": load_at_start,
             "load_average_1m_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -253,7 +254,7 @@ def main(args: Args) -> dict[str, Any]:
         "samples": samples,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
+    args.output.write_text(json.dumps(relative_paths(result), indent=2))
     print(format_table(samples, analysis))
     print(
         f"\n{total_steps:,} env steps in {elapsed:.0f} s ({result['env_steps_per_s']:,.0f} steps/s); "

@@ -80,7 +80,14 @@ from gymnasium import spaces
 from pipelined_vec_env import PipelinedVectorEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import cpu_model, cpu_seconds, git_commit, package_versions  # noqa: E402
+from _machine import (  # noqa: E402
+    cpu_model,
+    cpu_seconds,
+    git_commit,
+    machine_identity,
+    package_versions,
+    relative_paths,
+)
 
 __all__ = ["Args", "Backend", "NullEnv", "main", "measure_null", "measure_throughput"]
 
@@ -949,6 +956,7 @@ def machine_info() -> dict[str, Any]:
         "envpool",
     )
     return {
+        **machine_identity(),
         "cpu_count": os.cpu_count(),
         "usable_cores": len(_cores()),
         "cpu_model": cpu_model(),
@@ -1031,8 +1039,7 @@ def _fmt(x: float | None, spec: str = ".0f", suffix: str = "") -> str:
     return "" if x is None else f"{x:{spec}}{suffix}"
 
 
-def format_table(rows: list[dict[str, Any]], null_rows: list[dict[str, Any]]) -> str:
-    """The markdown tables printed at the end and pasted into ``docs/benchmarks.md``."""
+def _throughput_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| backend | env steps/s (median) | min-max | vs Sync | vs Async | CPU us/env step: main + workers |",
         "|---|---:|---:|---:|---:|---:|",
@@ -1052,8 +1059,11 @@ def format_table(rows: list[dict[str, Any]], null_rows: list[dict[str, Any]]) ->
             f"| {row['name']} | {row['steps_per_s']:.0f} | {spread} | {_fmt(row['vs_sync'], '.2f', 'x')} "
             f"| {_fmt(row['vs_async'], '.2f', 'x')} | {cpu} |"
         )
-    lines += [
-        "",
+    return lines
+
+
+def _null_lines(null_rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "| null env | workers | wall us per worker round trip | CPU us: main | CPU us: workers |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -1062,7 +1072,28 @@ def format_table(rows: list[dict[str, Any]], null_rows: list[dict[str, Any]]) ->
             f"| {row['backend']} | {row['workers']} | {row['us_per_worker_round_trip']:.1f} "
             f"| {_fmt(row['parent_cpu_us'], '.1f')} | {_fmt(row['worker_cpu_us'], '.1f')} |"
         )
-    return "\n".join(lines)
+    return lines
+
+
+def format_table(rows: list[dict[str, Any]], null_rows: list[dict[str, Any]]) -> str:
+    """The markdown tables printed at the end: the throughput rows, then the null env's."""
+    return "\n".join([*_throughput_lines(rows), "", *_null_lines(null_rows)])
+
+
+def throughput_table(result: dict[str, Any]) -> str:
+    """The throughput table of a result file (the whole JSON), as ``docs/benchmarks.md``
+    shows it."""
+    return "\n".join(_throughput_lines(result["throughput"]))
+
+
+def null_table(result: dict[str, Any]) -> str:
+    """The null env's table of a result file (the whole JSON)."""
+    return "\n".join(_null_lines(result["null_round_trip"]))
+
+
+def workloads_table(result: dict[str, Any]) -> str:
+    """The slow env's and the decoupled workload's rows of a result file (the whole JSON)."""
+    return format_extra(result["slow_env"] + result["decoupled"])
 
 
 def _paired(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
@@ -1282,7 +1313,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print()
     print(format_targets(result["targets"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    args.output.write_text(json.dumps(relative_paths(result), indent=1) + "\n")
     print(f"wrote {args.output}")
     return result
 

@@ -49,7 +49,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import cpu_model, package_versions  # noqa: E402
+from _machine import cpu_model, machine_identity, package_versions, relative_paths  # noqa: E402
 
 from pipelined_vec_env import PipelinedVectorEnv, tune  # noqa: E402
 from pipelined_vec_env.debug_envs import BusyEnv, LatencyEnv  # noqa: E402
@@ -337,6 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         workloads.append(run_workload(name, args))
     report = {
         "machine": {
+            **machine_identity(),
             "cpu": cpu_model(),
             "usable_cores": len(os.sched_getaffinity(0))
             if hasattr(os, "sched_getaffinity")
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "workloads": workloads,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    args.output.write_text(json.dumps(relative_paths(report), indent=2, default=str) + "\n")
     markdown = _markdown(report)
     args.output.with_suffix(".md").write_text(markdown + "\n")
     print("\n" + markdown)

@@ -8,6 +8,7 @@ import logging
 from . import moved_modules
 from .arguments import default_envs_per_worker
 from .errors import (
+    ObservationError,
     RemoteTraceback,
     StageFailedError,
     WaitTimeoutError,
@@ -16,14 +17,18 @@ from .errors import (
 )
 from .libero.registration import register_libero_envs
 from .registration import make_vec, register
+from .shared_memory import SharedMemoryFallbackWarning, SharedMemoryFullError
 from .tuning.tuner import TuneResult, tune
 from .vector_env import PipelinedVectorEnv
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ObservationError",
     "PipelinedVectorEnv",
     "RemoteTraceback",
+    "SharedMemoryFallbackWarning",
+    "SharedMemoryFullError",
     "StageFailedError",
     "TuneResult",
     "WaitTimeoutError",

@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode
 
+from .shared_memory import SHM_FALLBACKS
 from .stepping.stages import split_range
 
 __all__ = ["VectorEnvArguments", "check_arguments", "default_envs_per_worker", "usable_cores"]
@@ -62,6 +63,7 @@ class VectorEnvArguments:
         autoreset_mode: The autoreset mode.
         shared_memory: Whether observations go through shared memory (the caller's wish,
             False with Ray).
+        shm_fallback: `"file"` or `"error"` (observation buffers too big for /dev/shm).
         layout: Per stage, its index and each worker's `(env_lo, env_hi)` range: envs
             split over stages like `np.array_split`, each stage's envs over
             `ceil(stage_size / envs_per_worker)` workers the same way.
@@ -84,6 +86,7 @@ class VectorEnvArguments:
     observation_mode: str | tuple[Space, Space]
     autoreset_mode: AutoresetMode
     shared_memory: bool
+    shm_fallback: str
     layout: Layout
     stage_slices: tuple[slice, ...]
 
@@ -105,6 +108,7 @@ def check_arguments(
     observation_mode: Any,
     autoreset_mode: Any,
     shared_memory: bool,
+    shm_fallback: Any = "file",
 ) -> VectorEnvArguments:
     """Check the constructor arguments of `PipelinedVectorEnv` and normalise them.
 
@@ -124,6 +128,7 @@ def check_arguments(
         observation_mode: `"same"`, `"different"` or a pair of spaces.
         autoreset_mode: An `AutoresetMode` or its string value.
         shared_memory: Whether the caller wants shared memory.
+        shm_fallback: `"file"` or `"error"`.
 
     Returns:
         The arguments, checked and normalised, with the layout.
@@ -170,6 +175,8 @@ def check_arguments(
             "observation_mode: expected 'same', 'different' or a tuple "
             f"(batched_space, single_space), got {observation_mode!r}"
         )
+    if shm_fallback not in SHM_FALLBACKS:
+        raise ValueError(f"shm_fallback: expected 'file' or 'error', got {shm_fallback!r}")
     autoreset_mode = (
         autoreset_mode
         if isinstance(autoreset_mode, AutoresetMode)
@@ -194,6 +201,7 @@ def check_arguments(
         autoreset_mode=autoreset_mode,
         # envs may live on other machines: observations travel through Ray's object store
         shared_memory=shared_memory and backend == "multiprocessing",
+        shm_fallback=shm_fallback,
         layout=layout,
         stage_slices=tuple(slice(w[0][0], w[-1][1]) for _, w in layout),
     )

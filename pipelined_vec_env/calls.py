@@ -14,6 +14,7 @@ from gymnasium.error import NoAsyncCallError
 
 from .errors import WaitTimeoutError
 from .stepping.stage_stepping import CallInFlight, StageStepping
+from .workers.step_profile import step_profile_of
 
 __all__ = ["EnvCalls"]
 
@@ -130,6 +131,21 @@ class EnvCalls:
                 f"values: expected one value per env ({count}) or a single value, got {len(values)}"
             )
         self._calls_stepping.gather(self._calls_stepping.start_set_attr(env_indices, name, values))
+
+    def step_profiles(self) -> tuple[dict[str, Any], ...]:
+        """How each env's worker steps it, and why: serially, or concurrently on threads
+        of the worker (envs whose steps wait off the CPU; see docs/stages.md, "The default
+        layout"). Every stage must be idle.
+
+        Returns:
+            One dict per env, in env order: ``stepping`` (``"serial"`` or
+            ``"concurrent"``), ``reason`` (words), ``declared`` (the env's
+            ``metadata["step_concurrency"]`` or None), ``envs_in_worker``, and once
+            measured ``off_cpu_share`` (in ``[0, 1]``), ``wall_ms_per_step``,
+            ``cpu_ms_per_step`` (the worker process's), ``waited_ms_per_step`` (runnable,
+            waiting for a core) and ``steps`` (of the last serial measurement window).
+        """
+        return self.call_at(None, step_profile_of)
 
     def render(self) -> tuple[Any, ...]:
         """Return one rendered frame per env (``render_mode`` set at env construction)."""

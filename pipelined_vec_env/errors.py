@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+from typing import Any
 
 from .stacks import innermost_frames
 
 __all__ = [
+    "ObservationError",
     "RemoteTraceback",
     "StageFailedError",
     "WaitTimeoutError",
@@ -207,3 +209,58 @@ class WaitTimeoutError(multiprocessing.TimeoutError, TimeoutError):
     or in a rebuild past ``max_restarts``); that worker was killed, and the message says
     so.
     """
+
+
+class ObservationError(ValueError):
+    """An env's observation does not fit the observation space's layout (a shape that does
+    not fit, a missing dict key, a value that cannot be cast to the space's dtype).
+
+    Raised where a worker writes the observation into the shared buffers, which is where it
+    fails: checking costs nothing while observations fit. The worker's other envs are
+    written and their results come back (``partial_results`` / ``partial_mask`` on the
+    caller's exception, as for any worker failure).
+
+    Attributes:
+        env_index: Global index of the (first) env whose observation does not fit.
+        key: Where in the observation, innermost (``"observation['wrist_image']"``).
+        expected: What the space wants there (``"shape (64, 64, 3) uint8"``).
+        received: What the env returned (``"shape (64, 64, 4) uint8"``).
+        env_indices: Every env of the worker whose observation did not fit.
+        worker_results: The worker's answer for its other envs: the command's payload (as
+            for an `Ok` answer, the failed envs' rewards 0, flags False, infos empty), for
+            the caller to keep; None once the caller took it.
+    """
+
+    def __init__(
+        self,
+        env_index: int,
+        key: str,
+        expected: str,
+        received: str,
+        env_indices: tuple[int, ...] = (),
+        worker_results: Any = None,
+    ) -> None:
+        others = [g for g in env_indices if g != env_index]
+        also = f" (also envs {others})" if others else ""
+        super().__init__(
+            f"env {env_index}: {key} does not fit the observation space: it should be "
+            f"{expected}, got {received}{also}. Return observations of the space's shapes "
+            "and keys (other dtypes are cast to the space's, as numpy's astype casts)"
+        )
+        self.env_index, self.key = env_index, key
+        self.expected, self.received = expected, received
+        self.env_indices = tuple(env_indices) or (env_index,)
+        self.worker_results = worker_results
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (
+                self.env_index,
+                self.key,
+                self.expected,
+                self.received,
+                self.env_indices,
+                self.worker_results,
+            ),
+        )

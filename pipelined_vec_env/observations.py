@@ -56,6 +56,9 @@ class ObservationStore:
         num_envs: Number of envs.
         shared: Put the observations in shared memory if the space has a layout for it
             (else, or when False, they are kept as the items the answers carry).
+        shm_fallback: Where the buffers do not fit in /dev/shm: ``"file"`` (file-backed,
+            with a warning) or ``"error"`` (`SharedMemoryFullError`); see
+            `create_observation_buffers`.
 
     Attributes:
         buffers: gymnasium's shared memory buffers for the workers to write into
@@ -63,14 +66,16 @@ class ObservationStore:
         segments: The shared memory segments behind ``buffers`` (released by `release`).
     """
 
-    def __init__(self, space: Space, num_envs: int, shared: bool) -> None:
+    def __init__(
+        self, space: Space, num_envs: int, shared: bool, shm_fallback: str = "file"
+    ) -> None:
         self.space = space
         self.num_envs = num_envs
         self.buffers: Any = None
         self.segments: list[Any] = []
         self._items: list[Any] = [None] * num_envs
         if shared:
-            created = create_observation_buffers(space, num_envs)
+            created = create_observation_buffers(space, num_envs, shm_fallback)
             if created is not None:
                 self.buffers, self.segments = created
             else:

@@ -7,6 +7,14 @@ report their spaces *after* they start (envs are only ever built inside workers)
 hand gymnasium an allocator of `multiprocessing.shared_memory.SharedMemory`
 segments, which pickle by name and can be sent to a running worker. Layout, reads and
 writes stay gymnasium's (``read_from_shared_memory`` / ``write_to_shared_memory``).
+
+A segment on a full /dev/shm (a tmpfs) is created without error and kills the first
+process that writes past the free space with SIGBUS. So before creating the buffers their
+total size is compared with the free space of /dev/shm (``os.statvfs``); where they do not
+fit they are file-backed mappings in a temporary directory instead (as
+``multiprocessing``'s heap falls back), with one warning, or, with
+``shm_fallback="error"``, `SharedMemoryFullError`. The files are removed at `release`, and
+a directory left by a process that died is removed by the next process that creates one.
 """
 
 from __future__ import annotations
@@ -14,6 +22,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import inspect
+import mmap
+import os
+import shutil
+import tempfile
+import warnings
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
@@ -21,47 +34,142 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import create_shared_memory
 
-__all__ = ["SharedArray", "SharedMemoryAllocator", "create_observation_buffers", "release"]
+__all__ = [
+    "SHM_DIR",
+    "SHM_FALLBACKS",
+    "SharedArray",
+    "SharedMemoryAllocator",
+    "SharedMemoryFallbackWarning",
+    "SharedMemoryFullError",
+    "create_observation_buffers",
+    "release",
+]
+
+#: Where POSIX shared memory lives on Linux (a tmpfs).
+SHM_DIR = "/dev/shm"
+#: ``shm_fallback`` values: file-backed buffers (with a warning) or an error.
+SHM_FALLBACKS = ("file", "error")
+_FILE_PREFIX = "pipelined-vec-env-buffers-"
+
+
+class SharedMemoryFallbackWarning(RuntimeWarning):
+    """The observation buffers did not fit in /dev/shm: they are file-backed instead."""
+
+
+class SharedMemoryFullError(OSError):
+    """The observation buffers do not fit in /dev/shm and ``shm_fallback="error"``.
+
+    Attributes:
+        needed: Bytes the buffers need.
+        free: Bytes free in /dev/shm.
+    """
+
+    def __init__(self, needed: int, free: int) -> None:
+        super().__init__(_too_small(needed, free) + ' (shm_fallback="error")')
+        self.needed, self.free = needed, free
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        return type(self), (self.needed, self.free)
+
+
+def _too_small(needed: int, free: int) -> str:
+    return (
+        f"the observation buffers need {needed} bytes ({needed / 2**20:.1f} MiB) but "
+        f"{SHM_DIR} has {free} bytes ({free / 2**20:.1f} MiB) free. Give the container a "
+        "bigger /dev/shm: `docker run --shm-size=2g ...`, or in Kubernetes mount an "
+        "`emptyDir` with `medium: Memory` (and a `sizeLimit`) at /dev/shm"
+    )
+
+
+def shm_free_bytes() -> int | None:
+    """Bytes free for unprivileged use in /dev/shm, or None where it cannot be read."""
+    try:
+        stat = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
 
 
 class SharedArray:
-    """A ``multiprocessing.Array`` stand-in backed by a named shared memory segment.
+    """A ``multiprocessing.Array`` stand-in backed by a named shared memory segment, or by
+    a file (``path``) where /dev/shm is too small.
 
     Only ``get_obj()`` is provided: it is all gymnasium's shared memory helpers use.
-    Pickling sends the segment's name; unpickling attaches to the same segment.
+    Pickling sends the segment's name (or the file's path); unpickling attaches to it.
 
     Args:
         nbytes: Size of the buffer in bytes.
         name: Attach to this existing segment instead of creating one.
+        path: A file-backed buffer: create this file (``create=True``) or attach to it.
+        create: With ``path``: create the file (its blocks allocated, so that a full disk
+            is an `OSError` here, never a SIGBUS later).
     """
 
-    def __init__(self, nbytes: int, name: str | None = None) -> None:
+    def __init__(
+        self, nbytes: int, name: str | None = None, path: str | None = None, create: bool = False
+    ) -> None:
         self.nbytes = int(nbytes)
-        if name is None:
+        self.path = path
+        self._shm: shared_memory.SharedMemory | None = None
+        self._map: mmap.mmap | None = None
+        if path is not None:
+            self._map = _map_file(path, max(1, self.nbytes), create)
+            self.owner = create
+            self.name = path
+        elif name is None:
             self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
             self.owner = True
+            self.name = self._shm.name
         else:
             self._shm = _attach_untracked(name)
             self.owner = False
-        self.name = self._shm.name
+            self.name = self._shm.name
 
     def get_obj(self) -> memoryview:
         """The raw buffer (``nbytes`` long), for ``np.frombuffer``."""
+        if self._map is not None:
+            return memoryview(self._map)[: self.nbytes]
+        assert self._shm is not None
         return self._shm.buf[: self.nbytes]
 
     def __reduce__(self):
+        if self.path is not None:
+            return (SharedArray, (self.nbytes, None, self.path))
         return (SharedArray, (self.nbytes, self.name))
 
     def release(self) -> None:
-        """Unmap the segment, and remove it if this process created it."""
+        """Unmap the buffer, and remove it if this process created it."""
         with contextlib.suppress(BufferError):
             # BufferError: the caller still holds numpy views (copy=False); the mapping
             # then lives until those views are garbage collected.
-            self._shm.close()
+            if self._map is not None:
+                self._map.close()
+            elif self._shm is not None:
+                self._shm.close()
         if self.owner:
-            with contextlib.suppress(FileNotFoundError):
-                self._shm.unlink()
+            if self.path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+                with contextlib.suppress(OSError):  # the directory's last file
+                    os.rmdir(os.path.dirname(self.path))
+            elif self._shm is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    self._shm.unlink()
             self.owner = False
+
+
+def _map_file(path: str, nbytes: int, create: bool) -> mmap.mmap:
+    """Map file ``path`` of ``nbytes`` shared (created with its blocks allocated)."""
+    fd = os.open(path, (os.O_CREAT | os.O_EXCL | os.O_RDWR) if create else os.O_RDWR, 0o600)
+    try:
+        if create:
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, nbytes)
+            else:  # pragma: no cover - platforms without posix_fallocate
+                os.ftruncate(fd, nbytes)
+        return mmap.mmap(fd, nbytes)
+    finally:
+        os.close(fd)
 
 
 _HAS_TRACK = "track" in inspect.signature(shared_memory.SharedMemory).parameters
@@ -92,39 +200,111 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
 
 class SharedMemoryAllocator:
     """The ``ctx`` argument for gymnasium's ``create_shared_memory``: allocates
-    [`SharedArray`][pipelined_vec_env.shared_memory.SharedArray] buffers and remembers them so they can be released."""
+    [`SharedArray`][pipelined_vec_env.shared_memory.SharedArray] buffers (in ``directory``
+    as files where it is given) and remembers them so they can be released; with
+    ``count_only`` it only adds up their sizes (``nbytes``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str | None = None, count_only: bool = False) -> None:
         self.arrays: list[SharedArray] = []
+        self.directory = directory
+        self.count_only = count_only
+        self.nbytes = 0
 
-    def Array(self, typecode: Any, size: int) -> SharedArray:  # noqa: N802 (mp's name)
+    def Array(self, typecode: Any, size: int) -> SharedArray | None:  # noqa: N802 (mp's name)
         itemsize = (
             ctypes.sizeof(typecode) if isinstance(typecode, type) else np.dtype(typecode).itemsize
         )
-        array = SharedArray(itemsize * int(size))
+        nbytes = itemsize * int(size)
+        self.nbytes += nbytes
+        if self.count_only:
+            return None
+        if self.directory is None:
+            array = SharedArray(nbytes)
+        else:
+            path = os.path.join(self.directory, f"{len(self.arrays)}.buf")
+            array = SharedArray(nbytes, path=path, create=True)
         self.arrays.append(array)
         return array
 
 
-def create_observation_buffers(space: spaces.Space, n: int) -> tuple[Any, list[SharedArray]] | None:
+def create_observation_buffers(
+    space: spaces.Space, n: int, shm_fallback: str = "file"
+) -> tuple[Any, list[SharedArray]] | None:
     """Create shared observation buffers for ``n`` envs of ``space``.
+
+    In /dev/shm where they fit (``os.statvfs``: its free space against their total size),
+    else as file-backed mappings in a new directory under `tempfile.gettempdir` with one
+    `SharedMemoryFallbackWarning` that names the bytes needed and free and how to grow /dev/shm.
+
+    Args:
+        space: One env's observation space.
+        n: Number of envs.
+        shm_fallback: ``"file"`` (the fallback above) or ``"error"``.
 
     Returns:
         ``(buffers, arrays)`` where ``buffers`` is gymnasium's nested structure of
-        [`SharedArray`][pipelined_vec_env.shared_memory.SharedArray] and ``arrays`` lists every segment (to release them), or
+        [`SharedArray`][pipelined_vec_env.shared_memory.SharedArray] and ``arrays`` lists every buffer (to release them), or
         ``None`` when the space has no shared memory layout (Graph, Sequence, custom
         spaces): observations then travel through the pipe.
+
+    Raises:
+        SharedMemoryFullError: They do not fit and ``shm_fallback="error"``.
+        OSError: The temporary directory's file system is full too.
     """
-    allocator = SharedMemoryAllocator()
+    counter = SharedMemoryAllocator(count_only=True)
+    try:
+        create_shared_memory(space, n=n, ctx=counter)  # type: ignore[arg-type]
+    except Exception:  # CustomSpaceError / TypeError: no shared layout for this space
+        return None
+    free = shm_free_bytes()
+    directory = None
+    if free is not None and counter.nbytes > free:
+        if shm_fallback == "error":
+            raise SharedMemoryFullError(counter.nbytes, free)
+        directory = _buffer_directory()
+        warnings.warn(
+            _too_small(counter.nbytes, free)
+            + f". Using file-backed buffers in {directory} instead (removed at close); "
+            'pass shm_fallback="error" to raise instead.',
+            SharedMemoryFallbackWarning,
+            stacklevel=2,
+        )
+    allocator = SharedMemoryAllocator(directory)
     try:
         buffers = create_shared_memory(space, n=n, ctx=allocator)  # type: ignore[arg-type]
-    except Exception:  # CustomSpaceError / TypeError: no shared layout for this space
+    except BaseException:
         release(allocator.arrays)
-        return None
+        raise
     return buffers, allocator.arrays
 
 
+def _buffer_directory() -> str:
+    """A new directory for file-backed buffers, named with this process's id; directories
+    of processes that no longer exist (a caller killed before its close) are removed."""
+    root = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            if entry.name.startswith(_FILE_PREFIX) and not _alive(entry.name):
+                shutil.rmtree(entry.path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_FILE_PREFIX}{os.getpid()}-", dir=root)
+
+
+def _alive(directory_name: str) -> bool:
+    """Whether the process that made buffer directory ``directory_name`` still runs."""
+    try:
+        pid = int(directory_name[len(_FILE_PREFIX) :].split("-", 1)[0])
+    except ValueError:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def release(arrays: list[SharedArray]) -> None:
-    """Release every segment in ``arrays``."""
+    """Release every buffer in ``arrays``."""
     for array in arrays:
         array.release()

@@ -24,7 +24,7 @@ from .stepping.decoupled_methods import DecoupledMethods
 from .stepping.stage_stepping import StageStepping
 from .stepping.stages import Stage, check_startable, wait_any_stage
 from .workers.pool import WorkerPool
-from .workers.render_devices import check_render_devices
+from .workers.render_devices import check_render_devices, resolve_render_devices
 from .workers.transport import WorkerTransport
 
 __all__ = ["PipelinedVectorEnv"]
@@ -79,6 +79,13 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             no shared memory leaked), but many simulators and CUDA do not survive a fork
             of a process that already uses them.
         shared_memory: Put observations in shared memory when the space allows it.
+        shm_fallback: Where the observation buffers do not fit in the free space of
+            /dev/shm (Docker's and Kubernetes' default is 64 MiB), which would end in a
+            SIGBUS at the first write: ``"file"`` (default) puts them in file-backed
+            mappings in a temporary directory, with one `SharedMemoryFallbackWarning`
+            naming the bytes needed and free and how to grow /dev/shm; ``"error"`` raises
+            `SharedMemoryFullError` (an `OSError`) from the constructor instead. See
+            ``docs/frames.md``.
         copy: Return copies of the observations (else views into buffers that the next
             call overwrites).
         autoreset_mode: gymnasium's `gymnasium.vector.AutoresetMode` (or its
@@ -148,12 +155,16 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             where the action space has a fixed array layout and the actions are a numpy
             array of its dtype; False pickles every step (the results are the same). See
             ``docs/wire_format.md``.
-        render_devices: GPU ids for headless EGL rendering, handed out round-robin:
-            worker ``i`` gets ``render_devices[i % len(render_devices)]`` as
-            ``MUJOCO_EGL_DEVICE_ID`` (and ``EGL_DEVICE_ID``; ``MUJOCO_GL`` and
-            ``PYOPENGL_PLATFORM`` default to ``"egl"``), set before its envs are built.
-            None leaves the environment alone. Raises ValueError for anything but a
-            non-empty sequence of ints >= 0.
+        render_devices: CUDA ids (as torch sees them, after ``CUDA_VISIBLE_DEVICES``) for
+            headless EGL rendering, handed out round-robin: worker ``i`` renders on CUDA
+            device ``render_devices[i % len(render_devices)]``; ``"auto"``: every CUDA
+            device the caller sees. Each worker finds the EGL device that is that CUDA
+            device (``EGL_CUDA_DEVICE_NV``; EGL numbers devices its own way) and sets
+            ``MUJOCO_EGL_DEVICE_ID`` (and ``EGL_DEVICE_ID``) to its EGL index
+            (``MUJOCO_GL`` and ``PYOPENGL_PLATFORM`` default to ``"egl"``) before its envs
+            are built; where it cannot map, it logs so once and sets the CUDA id itself.
+            None leaves the environment alone. Raises ValueError for anything but None,
+            ``"auto"`` or a non-empty sequence of ints >= 0. See ``docs/frames.md``.
 
     Attributes:
         arguments: The checked constructor arguments, a `VectorEnvArguments`; its fields
@@ -180,6 +191,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
     observation_mode = ArgumentField()
     backend = ArgumentField()
     shared_memory = ArgumentField()
+    shm_fallback = ArgumentField()
     max_restarts = ArgumentField()
     step_deadline = ArgumentField()
     start_timeout = ArgumentField()
@@ -195,6 +207,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         envs_per_worker: int | None = None,
         context: str | Any | None = None,
         shared_memory: bool = True,
+        shm_fallback: str = "file",
         copy: bool = True,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         observation_mode: str | tuple[Space, Space] = "same",
@@ -210,7 +223,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         profile: bool = False,
         info_layout: str = "batched",
         fast_path: bool = True,
-        render_devices: Sequence[int] | None = None,
+        render_devices: Sequence[int] | str | None = None,
     ) -> None:
         self.closed = True  # until the workers are up, close() has nothing to do
         self.profiler = Profiler(enabled=bool(profile))
@@ -236,8 +249,9 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             observation_mode=observation_mode,
             autoreset_mode=autoreset_mode,
             shared_memory=shared_memory,
+            shm_fallback=shm_fallback,
         )
-        self.render_devices = check_render_devices(render_devices)
+        self.render_devices = resolve_render_devices(check_render_devices(render_devices))
         self.arguments = args
         self.autoreset_mode = args.autoreset_mode
         self.num_envs = args.num_envs
@@ -253,7 +267,11 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             fast_path=bool(fast_path),
         )
         self._take_spaces(found)
-        self._build_stepping(recorder)
+        try:
+            self._build_stepping(recorder)
+        except BaseException:  # e.g. SharedMemoryFullError: no worker is left behind
+            self.close(terminate=True)
+            raise
 
     def _start_workers(
         self,
@@ -321,7 +339,10 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         )
         self._all_stages, self._all_envs = list(self.stages), slice(0, self.num_envs)
         self._obs = ObservationStore(
-            self.single_observation_space, self.num_envs, self.shared_memory
+            self.single_observation_space,
+            self.num_envs,
+            self.shared_memory,
+            self.arguments.shm_fallback,
         )
         self._pool.attach(self.single_observation_space, self._obs.buffers, self.num_envs)
         self.decoupled = DecoupledState(self, self._pool, self._obs)

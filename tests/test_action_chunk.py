@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gymnasium.wrappers import TransformAction
 
+from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import CountingEnv
 from pipelined_vec_env.wrappers import ActionChunk
 
@@ -64,9 +65,8 @@ def test_chunk_stops_at_truncation_and_checks_shape() -> None:
 
 
 def test_chunks_in_a_staged_vector_env() -> None:
-    pipelined = pytest.importorskip("pipelined_vec_env")
     fns = [lambda i=i: make_chunked(env_id=i, episode_length=6) for i in range(4)]
-    envs = pipelined.PipelinedVectorEnv(fns, num_stages=2)
+    envs = PipelinedVectorEnv(fns, num_stages=2)
     try:
         envs.reset(seed=0)
         assert envs.single_action_space.shape == (K, 1)

@@ -35,6 +35,7 @@ ALLOWED = {
     "self._sim_env.env._get_observations",
     "sim.model._model",  # robosuite's MjSim wrappers hold MuJoCo's MjModel / MjData there
     "sim.data._data",
+    "sim._render_context_offscreen",  # robosuite's renderer, given its own GL context
 }
 
 
@@ -174,6 +175,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "video",
             "moved_modules",
             "stacks",
+            "gl_contexts",
             "profiling",
         ),
     ),

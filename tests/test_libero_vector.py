@@ -8,12 +8,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("libero")
-pipelined = pytest.importorskip("pipelined_vec_env")
-if not hasattr(pipelined, "make_vec"):
-    pytest.skip("PipelinedVectorEnv / make_vec are not available yet", allow_module_level=True)
 
 from functools import partial  # noqa: E402
 
+import pipelined_vec_env as pipelined  # noqa: E402
 from pipelined_vec_env.libero import LIBERO_ENV_IDS, get_task  # noqa: E402
 from pipelined_vec_env.wrappers import ActionChunk  # noqa: E402
 

@@ -214,13 +214,7 @@ def test_decoupled_evaluation_equals_the_in_process_one(make_pipelined):
 
 # -- the trainer wired to the runner (--decoupled) --------------------------------------
 
-_WIRED = "decoupled" in {f.name for f in dataclasses.fields(TrainConfig)}
-needs_flags = pytest.mark.skipif(
-    not _WIRED, reason="TrainConfig has no --decoupled yet (train.py/config.py not wired)"
-)
 
-
-@needs_flags
 def test_train_decoupled_tiny_run(tmp_path):
     config = TrainConfig(
         env_id="InvertedPendulum-v5",
@@ -249,7 +243,6 @@ def test_train_decoupled_tiny_run(tmp_path):
     assert all(e["episodes"] == 4 for e in summary["evaluations"])
 
 
-@needs_flags
 @needs_libero
 def test_train_libero_example_decoupled(tmp_path):
     result = subprocess.run(

@@ -17,7 +17,13 @@ import pytest
 
 from pipelined_vec_env import TuneResult, tune
 from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv, LatencyEnv
-from pipelined_vec_env.tuning.layout_model import Costs, Layout, overlap_bound, simulate
+from pipelined_vec_env.tuning.layout_model import (
+    Costs,
+    Layout,
+    overlap_bound,
+    simulate,
+    worker_steps_concurrently,
+)
 from pipelined_vec_env.tuning.selection import choose, rate, runoff, separated, survivors
 from pipelined_vec_env.tuning.tuner import measure_layout
 
@@ -345,6 +351,26 @@ def test_model_prefers_decoupled_mode_for_a_long_tail():
     sync = simulate(Layout("staged", 1, 1), costs)
     decoupled = simulate(Layout("decoupled", batch_size=4), costs)
     assert decoupled > 1.3 * sync
+
+
+def test_model_steps_a_workers_sleeping_envs_at_once_and_cpu_bound_ones_in_turn():
+    # the workers' rule: 8 sleeping envs in one worker step at once, as 8 workers would;
+    # CPU-bound envs in one worker take their sum, as before
+    sleeping = dataclasses.replace(
+        _fixed_costs(8, 0.0, 0.0005, cores=2),
+        step_cpu=[np.array([1e-4])] * 8,
+        step_sleep=[np.array([0.005])] * 8,
+    )
+    assert worker_steps_concurrently(sleeping, list(range(8)))
+    assert not worker_steps_concurrently(sleeping, [0])  # one env: nothing to overlap
+    one_worker = simulate(Layout("staged", 1, 8), sleeping)
+    assert one_worker == pytest.approx(simulate(Layout("staged", 1, 1), sleeping), rel=0.05)
+    assert one_worker > 4 * 8 / (8 * 0.0051 + 8 * 0.0005)  # far above the serial sum
+    busy = _fixed_costs(8, 0.004, 0.0005, cores=2)
+    assert not worker_steps_concurrently(busy, list(range(8)))
+    assert simulate(Layout("staged", 1, 8), busy) == pytest.approx(
+        8 / (8 * 0.004 + 8 * 0.0005), rel=0.02
+    )
 
 
 def test_model_gives_the_caller_priority_over_niced_workers():

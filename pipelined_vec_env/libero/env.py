@@ -15,6 +15,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from ..gl_contexts import own_robosuite_context
 from . import suites
 from .goal_features import NUM_GOAL_FEATURES, GoalFeatures
 from .lean_step import LeanStep
@@ -121,7 +122,9 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
         'pick up the alphabet soup and place it in the basket'
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+    # stepped one after another in a worker: its renders make GL contexts current, which
+    # must not happen on several threads at once (docs/stages.md, "How a worker steps")
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20, "step_concurrency": "serial"}
 
     def __init__(
         self,
@@ -258,6 +261,7 @@ class LiberoEnv(gym.Env[dict[str, np.ndarray], np.ndarray]):
             ignore_done=True,
             hard_reset=False,
         )
+        own_robosuite_context(self._sim_env.sim)  # robosuite renders in whatever is current
         self.task = task
         self.task_id = task.task_id
         self.language_instruction = task.language

@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ..batching import batch_slice
+from ..errors import ObservationError
 from ..infos import add_env_info
 from ..observations import ObservationStore
 from ..workers.pool import WorkerPool
@@ -92,6 +93,16 @@ def _column_results(
     if covered != n or not reads:
         return None
     return read_step(reads, n)
+
+
+def _salvage(error: BaseException | None) -> tuple[int, Any, tuple[int, ...]] | None:
+    """``(an env of the worker, its answer payload, the failed envs)`` that an
+    `ObservationError` carries for the worker's other envs (taken from it: the caller's
+    ``partial_results`` hold them from now on), or None."""
+    if not isinstance(error, ObservationError) or error.worker_results is None:
+        return None
+    results, error.worker_results = error.worker_results, None
+    return error.env_index, results, error.env_indices
 
 
 def _empty_infos(n: int, info_layout: str) -> Any:
@@ -196,6 +207,16 @@ class StageStepping:
                         self.observations.keep(g, items[k])
                     for info in env_infos[k]:
                         infos = add_env_info(infos, info, g - envs.start, n)
+        salvaged = _salvage(error)
+        if salvaged is not None:  # the other envs of a worker with an observation error
+            worker, (items, env_infos), failed = salvaged
+            worker = self.pool.worker_of(worker)
+            for k, g in enumerate(contexts[worker.stage][worker.index]):
+                if g in failed:
+                    continue
+                real[g - envs.start] = True
+                for info in env_infos[k]:
+                    infos = add_env_info(infos, info, g - envs.start, n)
         obs = self.observations.batch(envs, copy)
         if error is not None:
             zeros = np.zeros(n, dtype=np.bool_)
@@ -249,6 +270,9 @@ class StageStepping:
                 return (self.observations.batch(envs, copy), *columns)
         # the general path: each answer's results copied out of its slot first
         answered = [(w, p.read() if type(p) is SlotRead else p) for w, p in answered]
+        salvaged = _salvage(error)
+        if salvaged is not None:  # the other envs of a worker with an observation error
+            answered.append((self.pool.worker_of(salvaged[0]), salvaged[1]))
         infos = _empty_infos(n, info_layout)
         batched = isinstance(infos, dict)
         if len(answered) == 1 and _own_arrays(answered[0][1], n):
@@ -280,6 +304,8 @@ class StageStepping:
             for worker, _ in answered:
                 lo = worker.env_indices[0] - start
                 real[lo : lo + len(worker.env_indices)] = True
+            for g in () if salvaged is None else salvaged[2]:
+                real[g - start] = False
             attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
             raise error
         return obs, rewards, terminations, truncations, infos

@@ -20,7 +20,9 @@ Two loops, as a single caller thread runs them:
 
 - ``staged``: all stages stepped after the reset; then round robin: wait for stage ``s``,
   run the policy on its ``n_s`` observations, send stage ``s``'s actions, go to ``s + 1``.
-  A worker steps its envs one after the other; a stage is done when its last worker is.
+  A worker steps its envs one after the other, or at once where they wait off the CPU
+  (`worker_steps_concurrently`, the workers' own rule); a stage is done when its last
+  worker is.
 - ``decoupled``: one env per worker; wait until at least ``b`` envs have results, run the
   policy on all that are ready, send their actions (EnvPool's ``recv``/``send``).
 """
@@ -34,7 +36,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Costs", "Layout", "nice_weight", "overlap_bound", "rank", "simulate"]
+from ..workers.step_profile import steps_concurrently
+
+__all__ = [
+    "Costs",
+    "Layout",
+    "nice_weight",
+    "overlap_bound",
+    "rank",
+    "simulate",
+    "worker_steps_concurrently",
+]
 
 
 @dataclass(frozen=True)
@@ -399,6 +411,41 @@ def simulate(layout: Layout, costs: Costs, *, env_steps: int | None = None, seed
     return loop.rate()
 
 
+def worker_steps_concurrently(costs: Costs, worker: Sequence[int]) -> bool:
+    """Whether a worker of the envs ``worker`` steps them concurrently, by the workers' own
+    rule (`pipelined_vec_env.workers.step_profile.steps_concurrently`) on their measured
+    mean step CPU and off-CPU times."""
+    if len(worker) < 2:
+        return False
+    cpu = sum(float(np.mean(costs.step_cpu[e])) for e in worker)
+    off = sum(float(np.mean(costs.step_sleep[e])) for e in worker)
+    return steps_concurrently(cpu, cpu + off)
+
+
+def start_worker(loop: _Loop, worker: Sequence[int], on_done: Callable[[], None]) -> None:
+    """One command to a worker of the envs ``worker``: its message, then its envs' steps,
+    one after another, or at once on its threads (`worker_steps_concurrently`);
+    ``on_done`` when the last is done."""
+    machine, weight = loop.machine, loop.worker_weight
+    message = [("off", loop.latency), ("cpu", loop.costs.worker_message_cpu)]
+    if not worker_steps_concurrently(loop.costs, worker):
+        segments = message + [seg for env in worker for seg in loop.step_segments(env)]
+        machine.start(segments, on_done, weight)
+        return
+    left = {"envs": len(worker)}
+
+    def env_done() -> None:
+        left["envs"] -= 1
+        if left["envs"] == 0:
+            on_done()
+
+    def steps() -> None:
+        for env in worker:
+            machine.start(loop.step_segments(env), env_done, weight)
+
+    machine.start(message, steps, weight)
+
+
 def _start_staged(loop: _Loop, stages: list[list[list[int]]]) -> None:
     """Stage stepping: every stage's workers step their envs; the caller serves the
     stages in turn, each once all its workers answered, and sends it its next step."""
@@ -410,10 +457,7 @@ def _start_staged(loop: _Loop, stages: list[list[list[int]]]) -> None:
     def launch(s: int) -> None:
         pending[s] = len(stages[s])
         for worker in stages[s]:
-            segments = [("off", loop.latency), ("cpu", loop.costs.worker_message_cpu)]
-            for env in worker:
-                segments += loop.step_segments(env)
-            machine.start(segments, lambda s=s: worker_done(s), loop.worker_weight)
+            start_worker(loop, worker, lambda s=s: worker_done(s))
 
     def worker_done(s: int) -> None:
         pending[s] -= 1

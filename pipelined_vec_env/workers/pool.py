@@ -207,8 +207,8 @@ class WorkerPool:
         so `close` stops them if a later one fails to start. With ``worker_nice`` each
         worker sets that nice value before building its envs (`worker.NicedEnvFn` around
         its first constructor, so restarts apply it again); with ``render_devices``
-        worker ``i`` renders on GPU ``render_devices[i % len(render_devices)]``
-        (`render_devices.RenderDeviceEnvFn`, the same way).
+        worker ``i`` renders on CUDA device ``render_devices[i % len(render_devices)]``
+        (`render_devices.RenderDeviceEnvFn`, the same way, mapped to its EGL index).
 
         Subprocess workers step through shared-memory slots with ``fast_path``
         (`worker_handle.WorkerHandle`); the caller's waits spin only when every worker

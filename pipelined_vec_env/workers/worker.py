@@ -44,8 +44,10 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
+from ..gl_contexts import own_gl_contexts
 from ..stacks import install_stack_dump
 from .main_module import install_lazy_main, load_main
+from .observation_check import observation_error, without_envs
 from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
 from .slots import (
     DONE_COLUMNS,
@@ -58,6 +60,7 @@ from .slots import (
     send_short,
 )
 from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until
+from .step_profile import StepProfile
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -119,7 +122,9 @@ def send_answer(conn: Connection, message: Any) -> None:
 
 def build_env(fn: Any) -> Env:
     """Call one env constructor; an env id the worker does not know is retried once after
-    loading the caller's main script, which may register it (see `main_module`).
+    loading the caller's main script, which may register it (see `main_module`). A
+    gymnasium MuJoCo env then renders through its own GL contexts (`gl_contexts`), so
+    that envs sharing the worker never draw in each other's.
 
     Raises:
         gymnasium.error.UnregisteredEnv: The id is unknown even after loading the script
@@ -127,11 +132,11 @@ def build_env(fn: Any) -> Env:
         Exception: Whatever the constructor raises.
     """
     try:
-        return fn()
+        return own_gl_contexts(fn())
     except UnregisteredEnv:
         if not load_main():
             raise
-    return fn()
+    return own_gl_contexts(fn())
 
 
 def _die_with_parent() -> bool:
@@ -304,6 +309,8 @@ class _WorkerEnvs:
         self.obs_view: np.ndarray | None = None
         self.action_space = envs[0].action_space
         self.action_batch_space = batch_space(self.action_space, len(envs))
+        # serial or concurrent stepping (ValueError: an unknown metadata value)
+        self.profile = StepProfile(envs, env_indices)
 
     def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
         """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
@@ -313,6 +320,28 @@ class _WorkerEnvs:
         if buffers is not None and isinstance(space, _FLAT_SPACES):
             # one array view of the whole batch: a row assignment per observation
             self.obs_view = read_from_shared_memory(space, buffers, n=num_envs)
+
+    def _emit_all(self, done: list[tuple[int, Any]], items: list[Any], results: tuple) -> None:
+        """Write each ``(local, obs)`` of ``done`` (in answer order); where an observation
+        does not fit the buffers, write the others, then raise `ObservationError` naming
+        it, with ``results`` (the answer's payload) less the failed envs' parts.
+
+        Raises:
+            ObservationError: An observation did not fit (`observation_check`).
+        """
+        failed = []
+        for k, (local, obs) in enumerate(done):
+            try:
+                self._emit(local, obs, items)
+            except Exception as exc:  # the failure path only: a fitting write costs nothing
+                failed.append((k, self.env_indices[local], obs, exc))
+        if failed:
+            error = observation_error(
+                self.observation_space,
+                [(g, obs, exc) for _, g, obs, exc in failed],
+                without_envs(results, [k for k, *_ in failed]),
+            )
+            raise error from failed[0][3]
 
     def _emit(self, local: int, obs: Any, items: list[Any]) -> None:
         if self.buffers is None:
@@ -346,8 +375,7 @@ class _WorkerEnvs:
             done.append((local, obs))
             infos.append([info])
         # written once every env is done: a failed call leaves the shared rows as they were
-        for local, obs in done:
-            self._emit(local, obs, items)
+        self._emit_all(done, items, (None, infos))
         return (items if self.buffers is None else None), infos
 
     def step(
@@ -365,46 +393,55 @@ class _WorkerEnvs:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
         local_indices, actions = payload
-        envs, autoreset = self.envs, self.autoreset
-        targets = range(len(envs)) if local_indices is None else local_indices
+        targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
         rewards = np.zeros(n, dtype=np.float64)
         terminations = np.zeros(n, dtype=np.bool_)
         truncations = np.zeros(n, dtype=np.bool_)
+        observations: list[Any] = [None] * n
+        infos: list[Any] = [None] * n
+        batch = self._actions(actions, n)
+        if not isinstance(batch, np.ndarray):
+            batch = list(batch)
+        step_one = self._step_one
+
+        def step(k: int) -> None:  # the k-th env of the call: its own slots only
+            obs, rewards[k], terminations[k], truncations[k], infos[k] = step_one(
+                targets[k], batch[k]
+            )
+            observations[k] = obs
+
+        self.profile.run(step, n)  # one after another, or on the worker's threads
         items: list[Any] = []
-        infos: list[list[dict]] = []
-        done = []
-        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        for k, (local, action) in enumerate(zip(targets, self._actions(actions, n), strict=True)):
-            env = envs[local]
-            if next_step and autoreset[local]:
-                obs, info = env.reset()
-                env_infos = [info]
-                autoreset[local] = False
-            else:
-                obs, reward, terminated, truncated, info = env.step(action)
-                rewards[k], terminations[k], truncations[k] = reward, terminated, truncated
-                env_infos = [info]
-                # as stored (np.bool_ of what the env returned)
-                autoreset[local] = bool(terminations[k] or truncations[k])
-                if same_step and (terminated or truncated):
-                    if _shares_objects((obs, info), self.returned[local]):
-                        # the env reuses what it returns: its reset could overwrite the
-                        # final values before they are sent (Gymnasium #1132)
-                        obs, info = copy.deepcopy((obs, info))
-                    env_infos = [{"final_obs": obs, "final_info": info}]
-                    obs, info = env.reset()
-                    env_infos.append(info)
-            if same_step:
-                self.returned[local] = _mutable_ids((obs, info))
-            done.append((local, obs))
-            infos.append(env_infos)
+        done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
-        for local, obs in done:
-            self._emit(local, obs, items)
+        self._emit_all(done, items, (None, rewards, terminations, truncations, infos))
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
+
+    def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:
+        """Step (or autoreset) env ``local``: ``(obs, reward, terminated, truncated,
+        infos)``. Touches only that env's state, so envs may step on threads at once."""
+        env = self.envs[local]
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
+            obs, info = env.reset()
+            self.autoreset[local] = False
+            return obs, 0.0, False, False, [info]
+        obs, reward, terminated, truncated, info = env.step(action)
+        env_infos = [info]
+        self.autoreset[local] = bool(terminated) or bool(truncated)
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        if same_step and (terminated or truncated):
+            if _shares_objects((obs, info), self.returned[local]):
+                # the env reuses what it returns: its reset could overwrite the final
+                # values before they are sent (Gymnasium #1132)
+                obs, info = copy.deepcopy((obs, info))
+            env_infos = [{"final_obs": obs, "final_info": info}]
+            obs, info = env.reset()
+            env_infos.append(info)
+        if same_step:
+            self.returned[local] = _mutable_ids((obs, info))
+        return obs, reward, terminated, truncated, env_infos
 
     def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
         results = []
@@ -429,6 +466,7 @@ class _WorkerEnvs:
                 exception is the ``__cause__``).
         """
         failed: tuple[int, BaseException] | None = None
+        self.profile.close()
         envs, self.envs = self.envs, []
         for local, env in enumerate(envs):
             try:
