@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also wh
 from _machine import run_record, write_results  # noqa: E402
 
 from reference_trainer.checkpoint import find_checkpoint  # noqa: E402
+from reference_trainer.checkpoint_evaluation import evaluate_checkpoint  # noqa: E402
+from reference_trainer.init_states import eval_episode_counts  # noqa: E402
 from reference_trainer.libero_tasks import per_task_success  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,7 +102,7 @@ def _run_config(job: Any, run_dir: Path, args: Args) -> Any:
         config = dataclasses.replace(config, task_id=None, task_ids=tuple(args.tasks))
     if args.init_states is not None:
         config = dataclasses.replace(config, eval_init_states=args.init_states)
-    return job.eval_episode_counts(config, config.tasks())
+    return eval_episode_counts(config, config.tasks())
 
 
 def _checkpoint(run_dir: Path, which: str) -> Path:
@@ -143,7 +145,7 @@ def evaluate_run(job: Any, run_dir: Path, args: Args) -> dict[str, Any]:
     for which, checkpoint in checkpoints.items():
         for policy in args.policies:
             seed = args.noise_seed if policy == "sampled" else None
-            entry = job.evaluate_checkpoint(config, factory, checkpoint, noise_seed=seed)
+            entry = evaluate_checkpoint(config, factory, checkpoint, noise_seed=seed)
             entry["per_task"] = per_task_success(entry["successes"], len(tasks))
             out["results"][f"{which}/{policy}"] = entry
             print(

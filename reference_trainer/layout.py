@@ -24,7 +24,7 @@ from reference_trainer.agent import ActorCritic, obs_to_tensor
 from reference_trainer.config import TrainConfig
 from reference_trainer.envs import EnvFactory
 
-__all__ = ["resolve_layout"]
+__all__ = ["fixed_num_stages", "resolve_layout"]
 
 
 def resolve_layout(
@@ -121,3 +121,9 @@ def resolve_layout(
         "measurements": result.measurements,
     }
     return dataclasses.replace(config, **changes), record
+
+
+def fixed_num_stages(config: TrainConfig) -> int:
+    """Stages of the vector envs outside training (demos, a checkpoint's evaluation):
+    ``config.num_stages``, or 2 with "auto" (tune measures the training loop only)."""
+    return config.num_stages if isinstance(config.num_stages, int) else 2

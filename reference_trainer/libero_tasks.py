@@ -29,6 +29,7 @@ __all__ = [
     "EXPERT_SUITES",
     "collect_suite_demos",
     "expert_for",
+    "make_libero_env",
     "one_hot",
     "per_task_success",
     "per_task_training_success",
@@ -183,6 +184,46 @@ class TaskOneHot(gym.ObservationWrapper):
     def observation(self, observation: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The observation with the one-hot of the current task added."""
         return {**observation, TASK_ONE_HOT_KEY: one_hot(self.tasks, self.unwrapped.task_id)}
+
+
+def make_libero_env(
+    suite: str,
+    task_id: int,
+    chunk_size: int,
+    state_features: str,
+    cameras: tuple[str, ...],
+    image_size: int,
+    reward_type: str,
+    shaping_scale: float,
+    horizon: int | None,
+    render: bool,
+    init_state_ids: tuple[int, ...],
+    one_hot_tasks: tuple[int, ...] | None,
+    train_horizon: int | None = None,
+) -> gym.Env:
+    """One LIBERO env of a (multi-task) run: `LiberoEnv` of ``task_id`` whose training
+    resets draw from ``init_state_ids`` (`TaskInitStates`, ``train_horizon`` steps), with
+    the task one-hot of ``one_hot_tasks`` (`TaskOneHot`, None: none) and action chunks
+    of ``chunk_size`` (`ActionChunk`, 1: none); ``render``: ``render_mode="rgb_array"``
+    (the video's env). The other arguments are `LiberoEnv`'s."""
+    from pipelined_vec_env.libero.env import LiberoEnv
+    from pipelined_vec_env.wrappers.action_chunk import ActionChunk
+
+    env: gym.Env = LiberoEnv(
+        suite,
+        task_id,
+        cameras=cameras,
+        image_size=image_size,
+        reward_type=reward_type,
+        shaping_scale=shaping_scale,
+        horizon=horizon,
+        state_features=state_features,
+        render_mode="rgb_array" if render else None,
+    )
+    env = TaskInitStates(env, task_id, init_state_ids, train_horizon)
+    if one_hot_tasks:
+        env = TaskOneHot(env, one_hot_tasks)
+    return ActionChunk(env, chunk_size) if chunk_size > 1 else env
 
 
 def one_hot(tasks: Sequence[int], task_id: int) -> np.ndarray:

@@ -3,7 +3,9 @@
 With ``--deadline`` or ``--max-minutes`` the run ends on the clock, not at
 ``--total-timesteps``, so a bar of env steps would show a meaningless ETA and jump to
 100% when time runs out. The bar then counts seconds of the budget instead (evaluations
-included: they spend the same budget) and shows the env steps beside it.
+included: they spend the same budget) and shows the env steps beside it. A script can
+open one bar for a whole job (``started``: the job's start) and hand it to `train`
+(`start_training`); whoever opened it closes it, full.
 
 While the bar is open, log lines to the console go through tqdm
 (`tqdm.contrib.logging.logging_redirect_tqdm`): the bar is cleared, the line printed on
@@ -28,15 +30,18 @@ class TrainingBar:
         budget_s: seconds the run has (None: a bar of env steps).
         desc: the bar's label.
         enabled: False: no output (``--no-progress``).
+        started: when the budget began (seconds since the epoch; None: now): a time bar
+            counts from there.
     """
 
     def __init__(
         self,
-        total_steps: int,
+        total_steps: int | None,
         initial_steps: int,
         budget_s: float | None,
         desc: str,
         enabled: bool,
+        started: float | None = None,
     ) -> None:
         from tqdm.auto import tqdm
         from tqdm.contrib.logging import logging_redirect_tqdm
@@ -45,11 +50,13 @@ class TrainingBar:
         if enabled:
             self._redirect.enter_context(logging_redirect_tqdm(tqdm_class=tqdm))
         self.by_time = budget_s is not None
-        self._start = time.monotonic()
+        self._start = time.monotonic() - (0.0 if started is None else time.time() - started)
         self._steps = initial_steps
         self._postfix: dict[str, Any] = {}
         self._desc = desc
         self._budget_s = budget_s or 0.0
+        self.ended: str | None = None
+        """Why training stopped early (`end`), or None."""
         if self.by_time:
             assert budget_s is not None
             self._bar = tqdm(
@@ -69,6 +76,16 @@ class TrainingBar:
                 disable=not enabled,
                 dynamic_ncols=True,
             )
+
+    def start_training(self, desc: str, total_steps: int, initial_steps: int) -> None:
+        """Training begins on a bar opened before it: label it ``desc``; a bar of env steps
+        counts from ``initial_steps`` to ``total_steps``."""
+        self._desc = desc
+        self._steps = initial_steps
+        if not self.by_time:
+            self._bar.reset(total=total_steps)
+            self._bar.update(initial_steps)
+        self.describe(desc)
 
     @property
     def label(self) -> str:
@@ -109,33 +126,28 @@ class TrainingBar:
             self._bar.refresh()
 
     def end(self, why: str) -> None:
-        """Label the bar with ``why`` training stopped early (the final evaluation still
-        shows on it). A step bar ends full (the budget, not the step count, ended it); a
-        time bar stays where the clock is: the rest of the budget is the final
-        evaluation's."""
-        self._desc = f"{self._desc.split(' (')[0]} ({why})"
-        self._bar.set_description(self._desc, refresh=False)
-        if self.by_time:
-            self.tick()
-        else:
+        """Training stopped early because ``why`` (kept in `ended` for the next label;
+        nothing drawn: the log says it). A step bar ends full: the budget, not the step
+        count, ended it."""
+        self.ended = why
+        if not self.by_time:
             self._bar.total = self._bar.n
-            self._bar.refresh()
 
     def close(self, label: str | None = None) -> None:
         """Close the bar, first labelled ``label`` if given (again is fine).
 
-        tqdm draws a bar a last time as it closes it, so the label (and a time bar's
-        clock) is set without a draw of its own: written to a file, where every draw
-        stays, the closing line appears once. A time bar ends at the seconds the run
-        took, out of its budget (or of the seconds taken, when they passed it)."""
+        With ``label`` the run is done and the bar ends full: a time bar at the seconds
+        the run took (out of themselves: a run that kept time for its final evaluation
+        ends before its budget) with the env steps done beside them, a step bar at the
+        steps done. tqdm draws a bar a last
+        time as it closes it, so the label and the count are set without a draw of their
+        own: written to a file, where every draw stays, the closing line appears once."""
         if label is not None and not self._bar.disable:
             self._bar.set_description(label, refresh=False)
             if self.by_time:
-                # the run is over: the seconds it took of the seconds it had (a run that
-                # stopped early for its final evaluation shows the budget it left unused)
-                elapsed = time.monotonic() - self._start
-                self._bar.n = round(elapsed)
-                if elapsed >= self._budget_s:  # it ran to (or past) its budget: full
-                    self._bar.total = self._bar.n = max(1, self._bar.n)
+                self._bar.total = self._bar.n = max(1, round(time.monotonic() - self._start))
+                self._bar.set_postfix({"steps": f"{self._steps:,}"}, refresh=False)
+            elif self._bar.total is None or self._bar.n < self._bar.total:
+                self._bar.total = max(1, self._bar.n)
         self._bar.close()
         self._redirect.close()

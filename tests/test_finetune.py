@@ -202,7 +202,7 @@ def test_gaussian_kl_is_zero_for_equal_policies_and_positive_otherwise():
 
 def test_actor_learning_rate_gives_the_actor_its_own_adam_group():
     from reference_trainer.agent import ActorCritic
-    from reference_trainer.train import _param_groups
+    from reference_trainer.training_run import _param_groups
 
     env = ReachEnv()
     agent = ActorCritic(env.observation_space, env.action_space, hidden_sizes=(4,))

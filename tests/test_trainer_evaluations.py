@@ -193,9 +193,8 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     their episode count in the legend."""
     from matplotlib.axes import Axes
 
-    from .conftest import load_script
+    from reference_trainer import job_plots as module
 
-    module = load_script("examples/train_libero.py", "train_libero")
     drawn: list[tuple[Axes, list, dict]] = []
     plot = Axes.plot
 
@@ -227,11 +226,13 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
         "mode": "finetune",
         "run_dir": str(tmp_path),
     }
-    path = module._plot_learning_curve(summary, {}, tmp_path / "learning_curve.png")
+    path = module.plot_learning_curve(summary, {}, tmp_path / "learning_curve.png")
     assert Path(path).stat().st_size > 0
     held_out = drawn[0][0]
     labelled = {kw.get("label"): args for ax, args, kw in drawn if ax is held_out}
-    full = next(v for k, v in labelled.items() if k and "before, after: 4 held-out" in k)
+    full = next(
+        v for k, v in labelled.items() if k and "before and after training: 4 held-out" in k
+    )
     subset = next(v for k, v in labelled.items() if k and "during training: 2 held-out" in k)
     assert list(full[0]) == [0, 300] and list(subset[0]) == [100, 200]
     assert full[2] != subset[2]  # their own marker
@@ -246,7 +247,7 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     before["bc_minutes"], after["bc_minutes"] = 0.0, 12.5
     control = {**summary, "mode": "bc_control", "evaluations": [before, after]}
     curves = {"bc_long_curve": [[1, 0.5, 0.6], [2, 0.3, 0.4], [3, 0.2, 0.35]]}
-    module._plot_learning_curve(control, curves, tmp_path / "control.png")
+    module.plot_learning_curve(control, curves, tmp_path / "control.png")
     held_out = drawn[0][0]
     suite = next(args for ax, args, kw in drawn if ax is held_out and "-" in args[2:3])
     assert list(suite[0]) == [0.0, 12.5] and list(suite[1]) == [0.5, 0.75]
@@ -259,7 +260,7 @@ def test_the_deadline_plans_a_measured_evaluation_from_itself_and_its_episodes_l
     """With a full evaluation measured, the next one is planned from it (times 1.2), longer
     when the latest evaluation's episodes ran longer than the same episodes did in it, and
     not from the last rollout's throughput (low after an evaluation's resets)."""
-    from reference_trainer.train import eval_estimate
+    from reference_trainer.budget import eval_estimate
 
     full = {"episodes": 4, "wall_s": 110.0, "video_s": 10.0, "lengths": [10, 10, 20, 20]}
     same = {"episodes": 2, "wall_s": 30.0, "video_s": 0.0, "lengths": [10, 10]}
@@ -336,9 +337,8 @@ def test_the_per_task_picture_writes_each_bar_s_value_so_a_task_at_zero_shows(
 ):
     from matplotlib.axes import Axes
 
-    from .conftest import load_script
+    from reference_trainer import job_plots as module
 
-    module = load_script("examples/train_libero.py", "train_libero")
     written: list[str] = []
     text = Axes.text
 
@@ -357,15 +357,13 @@ def test_the_per_task_picture_writes_each_bar_s_value_so_a_task_at_zero_shows(
         "language_instructions": ["open the drawer", "close it"],
         "mode": "finetune",
     }
-    path = module._plot_per_task(summary, tmp_path / "per_task.png")
+    path = module.plot_per_task(summary, tmp_path / "per_task.png")
     assert Path(path).stat().st_size > 0
     assert sorted(written) == ["0.0", "0.0", "0.4", "1.0"]
 
 
 def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_shows_it():
     from reference_trainer.libero_tasks import per_task_training_success
-
-    from .conftest import load_script
 
     # 4 envs on 2 tasks: envs 0 and 2 train task 0, envs 1 and 3 task 1; env 3 ended nothing
     half = {"episodes": [2, 4, 2, 0], "success_rate": [0.5, 0.25, 1.0, None]}
@@ -374,7 +372,8 @@ def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_sh
         None,
         None,
     ]
-    module = load_script("examples/train_libero.py", "train_libero")
+    from reference_trainer.job_report import report as closing_report
+
     summary = {
         "run_dir": "runs/x",
         "mode": "finetune",
@@ -391,7 +390,7 @@ def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_sh
         "total_wall_s": 850.0,
         "loadavg_end": [1.0, 1.0, 1.0],
     }
-    report = module._report(summary)
+    report = closing_report(summary)
     assert "task 0: 0.00 -> 0.00 (training 0.75 -> 1.00)  open the drawer" in report
     assert "task 1: 0.40 -> 1.00 (training n/a -> 0.25)  close it" in report
     assert "per task, held-out before -> after (training episodes: first -> second half)" in report
@@ -399,7 +398,7 @@ def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_sh
     control = {**summary, "mode": "bc_control"}
     for half in ("first_half", "second_half"):
         control[f"train_success_rate_per_task_{half}"] = None
-    lines = module._report(control).splitlines()
+    lines = closing_report(control).splitlines()
     header = lines.index("  per task, held-out before -> after")
     assert lines[header + 1] == "  task 0: 0.00 -> 0.00  open the drawer"
     assert "after longer BC" in lines[2]
@@ -408,7 +407,7 @@ def test_training_success_per_task_pools_the_envs_of_each_task_and_the_report_sh
 def test_the_final_evaluation_records_its_video_and_a_passed_deadline_skips_it(tmp_path, caplog):
     """With --eval-video the final evaluation (and no other) writes videos/after.mp4; the
     rule that plans it under a deadline records nothing once the deadline has passed."""
-    from reference_trainer.train import record_video_by_deadline
+    from reference_trainer.budget import record_video_by_deadline
 
     summary = train(_config(tmp_path, eval_video=True, total_timesteps=32), _FastVideoFactory())
     *earlier, final = summary["evaluations"]
@@ -419,7 +418,7 @@ def test_the_final_evaluation_records_its_video_and_a_passed_deadline_skips_it(t
     agent = ActorCritic(env.observation_space, env.action_space, ())
     late = dataclasses.replace(_config(tmp_path), deadline=time.time())
     path = tmp_path / "late.mp4"
-    with caplog.at_level("WARNING", logger="reference_trainer.train"):
+    with caplog.at_level("WARNING", logger="reference_trainer.budget"):
         written = record_video_by_deadline(
             agent, _FastVideoFactory(), torch.device("cpu"), path, late
         )

@@ -57,7 +57,7 @@ def test_tiny_run_writes_summary_checkpoint_and_tensorboard(tmp_path):
 
 @pytest.mark.parametrize("decoupled", [False, True])
 def test_fault_tolerance_flags_reach_the_env_workers(tmp_path, monkeypatch, decoupled):
-    from reference_trainer import train as train_module
+    from reference_trainer import training_run as train_module
 
     built = []
     make = train_module.make_vector_env
@@ -79,12 +79,12 @@ def test_time_budget_stops_training_and_still_evaluates(tmp_path, capsys):
     assert summary["stopped_early"] and summary["iterations"] == 1
     assert summary["global_step"] == 32 and summary["final_eval"]["episodes"] == 1
     err = capsys.readouterr().err
-    assert "time budget of 1e-06 min reached" in err  # the bar says why
+    assert "final evaluation (time budget of 1e-06 min reached)" in err  # the bar says why
     # a run that ends on the clock counts seconds of its budget, with the env steps beside
     assert " s, steps=32" in err and "step/s" not in err
     # the final evaluation still shows on the bar (episodes beside the seconds, not in the
     # label), which then closes labelled, full as the run passed its budget
-    assert "eval at iteration 1" in err and "1/1 evaluation episodes" in err
+    assert "1/1 evaluation episodes" in err
     assert "episodes)" not in err
     assert "done: final evaluation: 100%" in err
 
@@ -141,16 +141,17 @@ def test_log_lines_print_on_their_own_line_while_the_bar_is_open(capsys):
     assert "a log line" in lines  # alone, not run on from the bar's text
     assert any("train" in line and "steps=32" in line for line in lines)
     assert root.handlers.count(console) == 0 and console not in root.handlers
-    # the closing line: the seconds taken out of the 60 the run had, not a bar made full
+    # the closing line: the run is done, the bar full at the seconds it took (1 at least),
+    # not left at 0 of the 60 the run had
     closing = [line for line in lines if line.startswith("done")]
-    assert closing and "| 0/60 s" in closing[-1], lines[-3:]
+    assert closing and "100%" in closing[-1] and "| 1/1 s" in closing[-1], lines[-3:]
 
 
 def test_the_run_directory_keeps_the_log(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     summary = train(_tiny(tmp_path, total_timesteps=32))
     text = (Path(summary["run_dir"]) / "train.log").read_text()
-    assert "run directory" in text and "reference_trainer.train:" in text
+    assert "run directory" in text and "reference_trainer.training_run:" in text
     assert not any(
         isinstance(h, logging.FileHandler) and h.baseFilename.endswith("train.log")
         for h in logging.getLogger().handlers
@@ -177,7 +178,7 @@ def test_a_log_the_caller_opened_for_the_run_takes_the_trainers_lines_once(tmp_p
         "before the trainer",
         "after the trainer",
     ]
-    assert sum("reference_trainer.train: run directory" in line for line in lines) == 1
+    assert sum("reference_trainer.training_run: run directory" in line for line in lines) == 1
     assert len(lines) == len(set(lines))  # no line twice
     assert not any(
         isinstance(h, logging.FileHandler) and h.baseFilename.endswith("train.log")
@@ -342,10 +343,12 @@ def test_train_libero_takes_num_stages_auto():
     """The main job's --num-stages takes "auto" (tune picks the training layout); the
     demos and a checkpoint's evaluation then use 2 stages."""
 
+    from reference_trainer.layout import fixed_num_stages
+
     module = load_script("examples/train_libero.py", "train_libero")
     config = module.parse_args(["--num-stages", "auto"])
-    assert config.num_stages == "auto" and module._fixed_stages(config) == 2
-    assert module._fixed_stages(module.parse_args(["--num-stages", "3"])) == 3
+    assert config.num_stages == "auto" and fixed_num_stages(config) == 2
+    assert fixed_num_stages(module.parse_args(["--num-stages", "3"])) == 3
 
 
 # demos from init states 0-1, training on them, BC of 3 epochs: the tiny jobs' warm start
@@ -399,7 +402,11 @@ def test_train_libero_main_job_tiny(tmp_path):
     assert len(log) == len(set(log))
     assert "train_libero: demos -> BC -> evaluate -> PPO fine-tuning" in log[0]
     assert "success rate:" in "\n".join(log)  # the closing report, as printed
-    steps = ("train_libero: collecting", "reference_trainer.bc:", "reference_trainer.train: run")
+    steps = (
+        "reference_trainer.warm_start: collecting",
+        "reference_trainer.bc:",
+        "reference_trainer.training_run: run directory",
+    )
     first = [next(i for i, line in enumerate(log) if step in line) for step in steps]
     assert first == sorted(first), log
     assert any("reference_trainer.train: evaluation at iteration" in line for line in log)
@@ -578,6 +585,7 @@ def test_libero_training_resets_never_draw_an_evaluation_init_state():
     back to its task after an evaluation episode on another; evaluation episode j plays
     task j % T from the j // T-th evaluation init state."""
 
+    from reference_trainer.init_states import check_init_states
     from reference_trainer.libero_tasks import TaskInitStates
 
     class Recorder(gym.Env):
@@ -610,7 +618,7 @@ def test_libero_training_resets_never_draw_an_evaluation_init_state():
     assert [o["init_state_id"] for o in options[::3]] == [45, 46, 47, 48, 49]
     assert not {o["init_state_id"] for o in options} & set(config.init_states("train"))
     with pytest.raises(ValueError, match="--train-init-states and --eval-init-states share"):
-        module._check_init_states(module.parse_args(["--train-init-states", "0:46"]))
+        check_init_states(module.parse_args(["--train-init-states", "0:46"]))
 
 
 def test_libero_train_horizon_cuts_training_episodes_only():
@@ -677,8 +685,8 @@ def test_train_libero_from_scratch_tiny(tmp_path):
     assert resumed["run_dir"] == str(run_dir) and resumed["total_wall_s"] != summary["total_wall_s"]
     log = (run_dir / "train.log").read_text()
     assert log.count("train_libero: PPO from scratch") == 2  # the resumed run appended
-    assert log.count("reference_trainer.train: run directory") == 2
-    assert "reference_trainer.train: resumed from" in log
+    assert log.count("reference_trainer.training_run: run directory") == 2
+    assert "reference_trainer.training_run: resumed from" in log
 
 
 def test_train_libero_resume_needs_from_scratch(tmp_path):
@@ -718,7 +726,7 @@ def test_inverted_pendulum_reaches_900(tmp_path):
 
 
 def test_return_curve_ends_average_a_few_iterations():
-    from reference_trainer.train import _curve_ends
+    from reference_trainer.run_summary import _curve_ends
 
     history = [{"r": float(v)} for v in range(1, 11)] + [{"other": 0.0}]
     assert _curve_ends(history, "r") == (1.5, 9.5)
