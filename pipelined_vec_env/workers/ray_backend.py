@@ -34,9 +34,10 @@ import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from .process_setup import limit_threads, limit_torch_threads
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready
 from .waiting import deadline_after, poll_fds, remaining
-from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, serve_command
+from .worker import _describe, _WorkerEnvs, serve_command
 
 __all__ = ["EnvWorkerActor", "RayBackend", "RayOptions", "RayWorkerHandle"]
 
@@ -205,10 +206,10 @@ class EnvWorkerActor:
         """Build the envs; answer `Ready` or `Raised`."""
         pickled_env_fns, env_indices, autoreset_mode, worker_threads = self._args
         try:
-            _limit_threads(worker_threads)
+            limit_threads(worker_threads)
             env_fns = cloudpickle.loads(pickled_env_fns)
             self.envs = _WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
-            _limit_torch_threads(worker_threads)
+            limit_torch_threads(worker_threads)
             return Ready(_describe(self.envs.envs))
         except Exception as exc:
             return Raised.from_exception(exc)
