@@ -19,7 +19,9 @@ The envs of one worker, their stepping and autoreset state are a
 [`WorkerEnvs`][pipelined_vec_env.workers.worker_envs.WorkerEnvs]; the process's set-up
 (dying with the caller, thread caps, cores, nice value) is
 [`process_setup`][pipelined_vec_env.workers.process_setup]'s; `THREAD_ENV_VARS`,
-`NicedEnvFn` and `set_worker_nice` are importable from here too.
+`NicedEnvFn` and `set_worker_nice` are importable from here too. An answer that cannot be
+pickled becomes a `Raised` naming the env and key of the value at fault
+([`answer_pickling`][pipelined_vec_env.workers.answer_pickling]).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..gl_contexts import own_gl_contexts
 from ..stacks import install_stack_dump
+from .answer_pickling import answer_locator, pickle_answer, step_locator
 from .main_module import install_lazy_main, load_main
 from .process_setup import (
     THREAD_ENV_VARS,
@@ -334,94 +337,6 @@ def spin_for_message(
     return slot.wakeless(number)
 
 
-def _pickled(message: Any, locate: Callable[[], Exception | None] | None = None) -> bytes:
-    """``message`` pickled as `send_answer` does: plain pickle, else cloudpickle; one
-    that neither can pickle becomes its `Raised` (with ``locate``, the exception it
-    returns: one naming the env and key of the value that cannot be sent)."""
-    try:
-        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        pass
-    try:
-        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        located = locate() if locate is not None else None
-        if located is not None:
-            try:
-                raise located from exc
-            except type(located) as chained:
-                exc = chained
-        return pickle.dumps(to_wire(Raised.from_exception(exc)), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _sendable(value: Any) -> bool:
-    try:
-        cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return False
-    return True
-
-
-def _innermost_unsendable(value: Any, path: str) -> tuple[str, Any] | None:
-    """``(path, value)`` of the innermost part of ``value`` that cannot be pickled (keys
-    of nested dicts, indices of lists and tuples), or None when all of it can."""
-    if _sendable(value):
-        return None
-    children: Any = ()
-    if isinstance(value, dict):
-        children = ((f"{path}[{key!r}]", item) for key, item in value.items())
-    elif isinstance(value, (list, tuple)):
-        children = ((f"{path}[{i}]", item) for i, item in enumerate(value))
-    for child_path, item in children:
-        found = _innermost_unsendable(item, child_path)
-        if found is not None:
-            return found
-    return path, value
-
-
-def _locate_unsendable(
-    envs: WorkerEnvs, targets: Any, items: Any, infos: list[list[dict]]
-) -> Exception | None:
-    """A `TypeError` naming the env, the key and the type of the first observation or
-    info value of ``targets`` (local env indices, in answer order) that cannot be sent."""
-    for k, local in enumerate(targets):
-        parts = [("observation", items[k])] if items is not None else []
-        parts += [("info", info) for info in infos[k]]
-        for name, value in parts:
-            found = _innermost_unsendable(value, name)
-            if found is not None:
-                path, leaf = found
-                kind = f"{type(leaf).__module__}.{type(leaf).__qualname__}"
-                return TypeError(
-                    f"env {envs.env_indices[local]}: {path} holds a {kind}, which cannot be "
-                    "pickled to send it to the caller; return something picklable there "
-                    "(or keep it inside the env)"
-                )
-    return None
-
-
-def _step_locator(
-    envs: WorkerEnvs, request: Any, items: Any, infos: list[list[dict]]
-) -> Callable[[], Exception | None]:
-    targets = range(len(envs.envs)) if request[0] is None else request[0]
-    return lambda: _locate_unsendable(envs, targets, items, infos)
-
-
-def _answer_locator(
-    envs: WorkerEnvs, command: Command, payload: Any, answer: Answer
-) -> Callable[[], Exception | None] | None:
-    """For a step or reset answer, a `_locate_unsendable` of its observations and infos."""
-    if not isinstance(answer, Ok) or command not in (Command.STEP, Command.RESET):
-        return None
-    if command == Command.STEP:
-        targets = range(len(envs.envs)) if payload[0] is None else payload[0]
-        items, infos = answer.payload[0], answer.payload[4]
-    else:
-        targets = [request[0] for request in payload]
-        items, infos = answer.payload
-    return lambda: _locate_unsendable(envs, targets, items, infos)
-
-
 def _fast_step(envs: WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool) -> None:
     """Serve one fast step: actions from the slot, results into it, a short answer."""
     slot = fast.slot
@@ -431,15 +346,15 @@ def _fast_step(envs: WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool)
     try:
         items, rewards, terminations, truncations, infos = envs.step_arrays(request)
     except Exception as exc:
-        fast.answer(conn, _pickled(to_wire(Raised.from_exception(exc))))
+        fast.answer(conn, pickle_answer(to_wire(Raised.from_exception(exc))))
         return
     if timed:
         slot.write_times(started, time.monotonic_ns())
     if items is not None:  # observations travel through the pipe: the pickled answer
         payload = (items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos)
         times = (started, time.monotonic_ns()) if timed else None
-        locate = _step_locator(envs, request, items, infos)
-        fast.answer(conn, _pickled(to_wire(Ok(payload, times)), locate))
+        locate = step_locator(envs, request, items, infos)
+        fast.answer(conn, pickle_answer(to_wire(Ok(payload, times)), locate))
         return
     slot.write_results(rewards, terminations, truncations)
     # infos that fit the layout are never all empty (a layout has keys): try it first
@@ -453,8 +368,8 @@ def _fast_step(envs: WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool)
             slot.layout = layout  # the caller takes it from this answer
         else:
             layout = None
-        locate = _step_locator(envs, request, None, infos)
-        fast.answer(conn, _pickled((FAST_INFOS, infos, layout), locate))
+        locate = step_locator(envs, request, None, infos)
+        fast.answer(conn, pickle_answer((FAST_INFOS, infos, layout), locate))
 
 
 def _readable_waiter(fd: int) -> Callable[..., Any]:
@@ -507,7 +422,7 @@ def _serve_loop(envs: WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
             answer.times = (started, time.monotonic_ns())
         # a result that cannot be pickled becomes its Raised (nothing was written yet)
         fast.answer(
-            conn, _pickled(to_wire(answer), _answer_locator(envs, command, payload, answer))
+            conn, pickle_answer(to_wire(answer), answer_locator(envs, command, payload, answer))
         )
         if command == Command.CLOSE:  # the worker ends whatever its envs' close did
             return
