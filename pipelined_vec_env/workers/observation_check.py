@@ -1,5 +1,5 @@
 """Which part of an observation does not fit its space, once a write into the shared
-buffers failed (`worker._WorkerEnvs._emit`): the innermost key, what the space wants there
+buffers failed (`worker_envs.WorkerEnvs`): the innermost key, what the space wants there
 and what the env returned. Only the failure path runs it, so fitting observations cost
 nothing more.
 

@@ -2,7 +2,7 @@
 
 ``PipelinedVectorEnv(..., backend="ray")`` builds one `RayWorkerHandle` per worker
 instead of a subprocess [`WorkerHandle`][pipelined_vec_env.workers.worker_handle.WorkerHandle]. The actor
-(`EnvWorkerActor`) owns the same ``_WorkerEnvs`` as a subprocess worker and answers
+(`EnvWorkerActor`) owns the same `WorkerEnvs` as a subprocess worker and answers
 the same commands with the same typed answers (`Ok`, `Raised`; one dispatch,
 `pipelined_vec_env.workers.worker.serve_command`), so the
 stages, decoupled stepping, errors, ``max_restarts`` and ``step_deadline`` of the core work
@@ -34,9 +34,11 @@ import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from .process_setup import limit_threads, limit_torch_threads
 from .protocol import NO_ANSWER, Answer, Command, Crashed, Raised, Ready
 from .waiting import deadline_after, poll_fds, remaining
-from .worker import _describe, _limit_threads, _limit_torch_threads, _WorkerEnvs, serve_command
+from .worker import serve_command
+from .worker_envs import WorkerEnvs
 
 __all__ = ["EnvWorkerActor", "RayBackend", "RayOptions", "RayWorkerHandle"]
 
@@ -199,17 +201,17 @@ class EnvWorkerActor:
     ) -> None:
         self.worker_index = worker_index
         self._args = (pickled_env_fns, env_indices, autoreset_mode, worker_threads)
-        self.envs: _WorkerEnvs | None = None
+        self.envs: WorkerEnvs | None = None
 
     def start(self) -> Ready | Raised:
         """Build the envs; answer `Ready` or `Raised`."""
         pickled_env_fns, env_indices, autoreset_mode, worker_threads = self._args
         try:
-            _limit_threads(worker_threads)
+            limit_threads(worker_threads)
             env_fns = cloudpickle.loads(pickled_env_fns)
-            self.envs = _WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
-            _limit_torch_threads(worker_threads)
-            return Ready(_describe(self.envs.envs))
+            self.envs = WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
+            limit_torch_threads(worker_threads)
+            return Ready(self.envs.describe())
         except Exception as exc:
             return Raised.from_exception(exc)
 

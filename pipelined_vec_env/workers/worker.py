@@ -14,18 +14,22 @@ one observation per env. ``infos[i]`` is a list of info dicts that the caller me
 order with gymnasium's rules (under ``SAME_STEP`` autoreset a finished env contributes
 ``{"final_obs", "final_info"}`` then its reset info, as ``SyncVectorEnv`` does).
 `serve_command` is the one dispatch, used by the worker process and the Ray actor.
+
+The envs of one worker, their stepping and autoreset state are a
+[`WorkerEnvs`][pipelined_vec_env.workers.worker_envs.WorkerEnvs]; the process's set-up
+(dying with the caller, thread caps, cores, nice value) is
+[`process_setup`][pipelined_vec_env.workers.process_setup]'s; `THREAD_ENV_VARS`,
+`NicedEnvFn` and `set_worker_nice` are importable from here too. An answer that cannot be
+pickled becomes a `Raised` naming the env and key of the value at fault
+([`answer_pickling`][pipelined_vec_env.workers.answer_pickling]).
 """
 
 from __future__ import annotations
 
-import copy
-import ctypes
 import logging
-import os
 import pickle
 import select
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,21 +37,26 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
-import numpy as np
-from gymnasium import Env, spaces
+from gymnasium import Env
 from gymnasium.error import UnregisteredEnv
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import (
-    batch_space,
-    iterate,
-    read_from_shared_memory,
-    write_to_shared_memory,
-)
 
 from ..gl_contexts import own_gl_contexts
 from ..stacks import install_stack_dump
+from .answer_pickling import answer_locator, pickle_answer, step_locator
 from .main_module import install_lazy_main, load_main
-from .observation_check import observation_error, without_envs
+from .process_setup import (
+    THREAD_ENV_VARS,
+    NicedEnvFn,
+    die_with_parent,
+    limit_threads,
+    limit_torch_threads,
+    parent_alive,
+    release_forkserver,
+    set_affinity,
+    set_worker_nice,
+    watch_parent,
+)
 from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
 from .slots import (
     DONE_COLUMNS,
@@ -60,7 +69,7 @@ from .slots import (
     send_short,
 )
 from .spinning import YIELD_SPIN_SECONDS, SpinGate, spin_until
-from .step_profile import StepProfile
+from .worker_envs import WorkerEnvs
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -69,24 +78,12 @@ __all__ = [
     "send",
     "send_answer",
     "serve_command",
+    "set_worker_nice",
     "spin_for_message",
     "worker_main",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Environment variables that cap native thread pools inside each worker.
-THREAD_ENV_VARS = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-)
-
-_PR_SET_PDEATHSIG = 1
-_FLAT_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-_PARENT_CHECK_SECONDS = 1.0
 
 
 def send(conn: Connection, message: Any) -> None:
@@ -139,371 +136,6 @@ def build_env(fn: Any) -> Env:
     return own_gl_contexts(fn())
 
 
-def _die_with_parent() -> bool:
-    """Ask Linux to SIGKILL this process when its parent dies (covers busy/hung workers).
-
-    Returns:
-        False if the parent died before the request took effect (it will never fire).
-    """
-    if not sys.platform.startswith("linux"):
-        return True
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable")
-    return os.getppid() == parent
-
-
-def _release_forkserver() -> None:
-    """Close this worker's copy of the forkserver's "alive" pipe, if it has one.
-
-    The forkserver exits when every holder of that pipe's write end is gone, and it hands
-    a copy to each child it forks. So while any worker lives, the forkserver outlives a
-    caller that died, and ``PR_SET_PDEATHSIG`` (which fires when the worker's parent, the
-    *forkserver*, dies) never fires: a busy or hung worker of a dead caller would live on
-    until its step ends. Without the copy, the caller's death ends the forkserver at once
-    and, through ``PR_SET_PDEATHSIG``, every worker. A forkserver child never uses the copy
-    itself (it starts a forkserver of its own if it needs one).
-    """
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    started_by_forkserver = getattr(server, "_inherited_fds", None) is not None
-    if fd is None or not started_by_forkserver or getattr(server, "_forkserver_pid", 1) is not None:
-        return
-    server._forkserver_alive_fd = None
-    try:
-        os.close(fd)
-    except OSError:
-        logger.debug("could not close the forkserver's alive fd %d", fd)
-
-
-def _parent_alive(parent_pid: int) -> bool:
-    try:
-        os.kill(parent_pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _limit_threads(worker_threads: int | None) -> None:
-    if worker_threads is None:
-        return
-    for var in THREAD_ENV_VARS:
-        os.environ[var] = str(worker_threads)
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return
-    threadpool_limits(worker_threads)
-
-
-def _limit_torch_threads(worker_threads: int | None) -> None:
-    torch = sys.modules.get("torch")
-    if worker_threads is not None and torch is not None:
-        torch.set_num_threads(worker_threads)
-
-
-def _set_affinity(cores: tuple[int, ...] | None) -> None:
-    if cores is None:
-        return
-    if not hasattr(os, "sched_setaffinity"):
-        logger.warning("cpu_affinity is ignored: os.sched_setaffinity is Linux-only")
-        return
-    os.sched_setaffinity(0, cores)
-
-
-def set_worker_nice(nice: int | str) -> None:
-    """Set this process's nice value to ``nice`` (absolute, ``setpriority``; POSIX only),
-    or with ``"idle"`` put it in Linux's ``SCHED_IDLE`` class (it runs only when no normal
-    task wants the core, and a waking normal task preempts it at once).
-
-    Raises:
-        PermissionError: ``nice`` is below the current value and the process may not raise
-            its priority (Linux: needs ``CAP_SYS_NICE`` or ``RLIMIT_NICE``).
-    """
-    if nice == "idle":
-        if not hasattr(os, "SCHED_IDLE"):
-            logger.warning("worker_nice='idle' is ignored: SCHED_IDLE is Linux-only")
-            return
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return
-    if not hasattr(os, "setpriority"):
-        logger.warning("worker_nice is ignored: os.setpriority is POSIX-only")
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, int(nice))
-    except PermissionError as exc:
-        current = os.getpriority(os.PRIO_PROCESS, 0)
-        raise PermissionError(
-            f"worker_nice={nice}: this worker (nice {current}) may not raise its priority "
-            "(needs CAP_SYS_NICE or RLIMIT_NICE); use a value >= the caller's nice"
-        ) from exc
-
-
-class NicedEnvFn:
-    """An env constructor that first sets its worker process's nice value.
-
-    `WorkerPool.spawn` wraps the first constructor of each worker in it when
-    ``worker_nice`` is set, so the value is applied inside the worker process before its
-    envs are built, at start-up and at every rebuild (a restart calls the constructors
-    again), for the multiprocessing and the Ray backend alike.
-
-    Args:
-        env_fn: The real constructor.
-        nice: Absolute nice value, in ``[-20, 19]``, or ``"idle"`` (``SCHED_IDLE``).
-    """
-
-    def __init__(self, env_fn: Any, nice: int | str) -> None:
-        self.env_fn = env_fn
-        self.nice = nice
-
-    def __call__(self) -> Env:
-        set_worker_nice(self.nice)
-        return self.env_fn()
-
-
-def _mutable_ids(value: Any) -> frozenset[int]:
-    """Ids of the numpy arrays, dicts and lists inside ``value`` (nested dicts, lists and
-    tuples): what an env could write into again on its next call."""
-    found: set[int] = set()
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, np.ndarray):
-            found.add(id(item))
-        elif isinstance(item, dict):
-            found.add(id(item))
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            if isinstance(item, list):
-                found.add(id(item))
-            stack.extend(item)
-    return frozenset(found)
-
-
-def _shares_objects(value: Any, previous: frozenset[int]) -> bool:
-    """Whether ``value`` holds an array, dict or list the env also returned last time."""
-    return bool(previous) and not previous.isdisjoint(_mutable_ids(value))
-
-
-class _WorkerEnvs:
-    """The envs of one worker and their autoreset state."""
-
-    def __init__(
-        self, envs: list[Env], env_indices: tuple[int, ...], autoreset_mode: AutoresetMode
-    ):
-        self.envs = envs
-        self.env_indices = env_indices
-        self.autoreset_mode = autoreset_mode
-        self.autoreset = [False] * len(envs)  # per env: its next step resets it (NEXT_STEP)
-        # SAME_STEP: ids of the arrays/dicts/lists each env returned last (reuse detection)
-        self.returned: list[frozenset[int]] = [frozenset()] * len(envs)
-        self.observation_space = envs[0].observation_space
-        self.buffers: Any = None
-        self.obs_view: np.ndarray | None = None
-        self.action_space = envs[0].action_space
-        self.action_batch_space = batch_space(self.action_space, len(envs))
-        # serial or concurrent stepping (ValueError: an unknown metadata value)
-        self.profile = StepProfile(envs, env_indices)
-
-    def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
-        """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
-        ``space``) for observations; None sends them through the pipe."""
-        self.observation_space, self.buffers = space, buffers
-        self.obs_view = None
-        if buffers is not None and isinstance(space, _FLAT_SPACES):
-            # one array view of the whole batch: a row assignment per observation
-            self.obs_view = read_from_shared_memory(space, buffers, n=num_envs)
-
-    def _emit_all(self, done: list[tuple[int, Any]], items: list[Any], results: tuple) -> None:
-        """Write each ``(local, obs)`` of ``done`` (in answer order); where an observation
-        does not fit the buffers, write the others, then raise `ObservationError` naming
-        it, with ``results`` (the answer's payload) less the failed envs' parts.
-
-        Raises:
-            ObservationError: An observation did not fit (`observation_check`).
-        """
-        failed = []
-        for k, (local, obs) in enumerate(done):
-            try:
-                self._emit(local, obs, items)
-            except Exception as exc:  # the failure path only: a fitting write costs nothing
-                failed.append((k, self.env_indices[local], obs, exc))
-        if failed:
-            error = observation_error(
-                self.observation_space,
-                [(g, obs, exc) for _, g, obs, exc in failed],
-                without_envs(results, [k for k, *_ in failed]),
-            )
-            raise error from failed[0][3]
-
-    def _emit(self, local: int, obs: Any, items: list[Any]) -> None:
-        if self.buffers is None:
-            items.append(obs)
-        elif self.obs_view is not None:
-            self.obs_view[self.env_indices[local]] = obs
-        else:
-            write_to_shared_memory(
-                self.observation_space, self.env_indices[local], obs, self.buffers
-            )
-
-    def _actions(self, actions: Any, n: int) -> Any:
-        if isinstance(actions, np.ndarray):
-            return actions  # rows are the envs' actions
-        space = (
-            self.action_batch_space if n == len(self.envs) else batch_space(self.action_space, n)
-        )
-        return iterate(space, actions)
-
-    def reset(
-        self, requests: list[tuple[int, Any, Any]]
-    ) -> tuple[list[Any] | None, list[list[dict]]]:
-        items: list[Any] = []
-        infos = []
-        done = []
-        for local, seed, options in requests:
-            obs, info = self.envs[local].reset(seed=seed, options=options)
-            self.autoreset[local] = False
-            if self.autoreset_mode == AutoresetMode.SAME_STEP:
-                self.returned[local] = _mutable_ids((obs, info))
-            done.append((local, obs))
-            infos.append([info])
-        # written once every env is done: a failed call leaves the shared rows as they were
-        self._emit_all(done, items, (None, infos))
-        return (items if self.buffers is None else None), infos
-
-    def step(
-        self, payload: tuple[list[int] | None, Any]
-    ) -> tuple[Any, list[float], list[bool], list[bool], list[list[dict]]]:
-        """Step the envs of ``payload`` (``(local_indices or None, batched actions)``);
-        return ``(obs_items, rewards, terminations, truncations, infos)`` with lists (they
-        pickle several times faster than small numpy arrays)."""
-        items, rewards, terminations, truncations, infos = self.step_arrays(payload)
-        return items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos
-
-    def step_arrays(
-        self, payload: tuple[list[int] | None, Any]
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
-        """As `step`, with rewards float64 and terminations/truncations bool arrays (what
-        the fast path writes into its slot)."""
-        local_indices, actions = payload
-        targets = range(len(self.envs)) if local_indices is None else local_indices
-        n = len(targets)
-        rewards = np.zeros(n, dtype=np.float64)
-        terminations = np.zeros(n, dtype=np.bool_)
-        truncations = np.zeros(n, dtype=np.bool_)
-        observations: list[Any] = [None] * n
-        infos: list[Any] = [None] * n
-        batch = self._actions(actions, n)
-        if not isinstance(batch, np.ndarray):
-            batch = list(batch)
-        step_one = self._step_one
-
-        def step(k: int) -> None:  # the k-th env of the call: its own slots only
-            obs, rewards[k], terminations[k], truncations[k], infos[k] = step_one(
-                targets[k], batch[k]
-            )
-            observations[k] = obs
-
-        self.profile.run(step, n)  # one after another, or on the worker's threads
-        items: list[Any] = []
-        done = zip(targets, observations, strict=True)
-        # written once every env stepped: a failed step leaves the shared rows as they were
-        # (the caller's partial results show the failed envs' last observations)
-        self._emit_all(done, items, (None, rewards, terminations, truncations, infos))
-        return (items if self.buffers is None else None), rewards, terminations, truncations, infos
-
-    def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:
-        """Step (or autoreset) env ``local``: ``(obs, reward, terminated, truncated,
-        infos)``. Touches only that env's state, so envs may step on threads at once."""
-        env = self.envs[local]
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
-            obs, info = env.reset()
-            self.autoreset[local] = False
-            return obs, 0.0, False, False, [info]
-        obs, reward, terminated, truncated, info = env.step(action)
-        env_infos = [info]
-        self.autoreset[local] = bool(terminated) or bool(truncated)
-        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        if same_step and (terminated or truncated):
-            if _shares_objects((obs, info), self.returned[local]):
-                # the env reuses what it returns: its reset could overwrite the final
-                # values before they are sent (Gymnasium #1132)
-                obs, info = copy.deepcopy((obs, info))
-            env_infos = [{"final_obs": obs, "final_info": info}]
-            obs, info = env.reset()
-            env_infos.append(info)
-        if same_step:
-            self.returned[local] = _mutable_ids((obs, info))
-        return obs, reward, terminated, truncated, env_infos
-
-    def call(self, name: str, args: tuple, kwargs: dict, local_indices: list[int] | None) -> tuple:
-        results = []
-        for local in range(len(self.envs)) if local_indices is None else local_indices:
-            if callable(name):  # call_at(indices, fn): fn(env, *args, **kwargs)
-                results.append(name(self.envs[local], *args, **kwargs))
-                continue
-            attr = self.envs[local].get_wrapper_attr(name)
-            results.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return tuple(results)
-
-    def set_attr(self, name: str, values: list[Any], local_indices: list[int] | None) -> None:
-        targets = range(len(self.envs)) if local_indices is None else local_indices
-        for local, value in zip(targets, values, strict=True):
-            self.envs[local].set_wrapper_attr(name, value)
-
-    def close(self) -> None:
-        """Close every env, even after one raised; then drop them.
-
-        Raises:
-            RuntimeError: An env's ``close()`` raised (the first such env is named; its
-                exception is the ``__cause__``).
-        """
-        failed: tuple[int, BaseException] | None = None
-        self.profile.close()
-        envs, self.envs = self.envs, []
-        for local, env in enumerate(envs):
-            try:
-                env.close()
-            except Exception as exc:
-                if failed is None:
-                    failed = (self.env_indices[local], exc)
-        if failed is not None:
-            index, exc = failed
-            raise RuntimeError(f"env {index}: close() raised {type(exc).__name__}: {exc}") from exc
-
-
-def _describe(envs: list[Env]) -> dict[str, Any]:
-    first = envs[0]
-    return {
-        "observation_spaces": [env.observation_space for env in envs],
-        "action_spaces": [env.action_space for env in envs],
-        "metadata": dict(first.metadata),
-        "render_mode": first.render_mode,
-        "spec": _Cloudpickled(first.spec),
-    }
-
-
-class _Cloudpickled:
-    """Sends an object through a plain-pickle pipe with cloudpickle, unpickled as itself.
-
-    An env spec records its wrappers' kwargs, which may be lambdas (e.g.
-    ``TransformObservation(env, lambda obs: ...)``) that plain pickle cannot send.
-    """
-
-    def __init__(self, obj: Any) -> None:
-        self.data = cloudpickle.dumps(obj)
-
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return cloudpickle.loads, (self.data,)
-
-
 def worker_main(
     worker_index: int,
     pickled_env_fns: bytes,
@@ -535,17 +167,17 @@ def worker_main(
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to handle
     install_stack_dump(stacks_path)
-    _release_forkserver()
-    if not _die_with_parent() or not _parent_alive(parent_pid):
+    release_forkserver()
+    if not die_with_parent() or not parent_alive(parent_pid):
         return
     try:
-        _limit_threads(worker_threads)
-        _set_affinity(cpu_cores)
+        limit_threads(worker_threads)
+        set_affinity(cpu_cores)
         install_lazy_main(main_ref)
         env_fns = cloudpickle.loads(pickled_env_fns)
-        envs = _WorkerEnvs([build_env(fn) for fn in env_fns], env_indices, autoreset_mode)
-        _limit_torch_threads(worker_threads)
-        send(conn, to_wire(Ready(_describe(envs.envs))))
+        envs = WorkerEnvs([build_env(fn) for fn in env_fns], env_indices, autoreset_mode)
+        limit_torch_threads(worker_threads)
+        send(conn, to_wire(Ready(envs.describe())))
     except BaseException as exc:  # report start-up failures, then exit
         try:
             send(conn, to_wire(Raised.from_exception(exc)))
@@ -566,15 +198,7 @@ def worker_main(
         conn.close()
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Exit this worker once the caller's process is gone (covers an idle worker whose
-    pipe stays open, e.g. because an env's own child process inherited it)."""
-    while _parent_alive(parent_pid):
-        time.sleep(_PARENT_CHECK_SECONDS)
-    os._exit(0)
-
-
-def serve_command(envs: _WorkerEnvs, command: Command, payload: Any) -> Answer | None:
+def serve_command(envs: WorkerEnvs, command: Command, payload: Any) -> Answer | None:
     """Serve one command on ``envs`` and return its answer (None for `NO_ANSWER` commands).
 
     The one dispatch of the protocol, for the worker process and the Ray actor. An
@@ -713,95 +337,7 @@ def spin_for_message(
     return slot.wakeless(number)
 
 
-def _pickled(message: Any, locate: Callable[[], Exception | None] | None = None) -> bytes:
-    """``message`` pickled as `send_answer` does: plain pickle, else cloudpickle; one
-    that neither can pickle becomes its `Raised` (with ``locate``, the exception it
-    returns: one naming the env and key of the value that cannot be sent)."""
-    try:
-        return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        pass
-    try:
-        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        located = locate() if locate is not None else None
-        if located is not None:
-            try:
-                raise located from exc
-            except type(located) as chained:
-                exc = chained
-        return pickle.dumps(to_wire(Raised.from_exception(exc)), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _sendable(value: Any) -> bool:
-    try:
-        cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return False
-    return True
-
-
-def _innermost_unsendable(value: Any, path: str) -> tuple[str, Any] | None:
-    """``(path, value)`` of the innermost part of ``value`` that cannot be pickled (keys
-    of nested dicts, indices of lists and tuples), or None when all of it can."""
-    if _sendable(value):
-        return None
-    children: Any = ()
-    if isinstance(value, dict):
-        children = ((f"{path}[{key!r}]", item) for key, item in value.items())
-    elif isinstance(value, (list, tuple)):
-        children = ((f"{path}[{i}]", item) for i, item in enumerate(value))
-    for child_path, item in children:
-        found = _innermost_unsendable(item, child_path)
-        if found is not None:
-            return found
-    return path, value
-
-
-def _locate_unsendable(
-    envs: _WorkerEnvs, targets: Any, items: Any, infos: list[list[dict]]
-) -> Exception | None:
-    """A `TypeError` naming the env, the key and the type of the first observation or
-    info value of ``targets`` (local env indices, in answer order) that cannot be sent."""
-    for k, local in enumerate(targets):
-        parts = [("observation", items[k])] if items is not None else []
-        parts += [("info", info) for info in infos[k]]
-        for name, value in parts:
-            found = _innermost_unsendable(value, name)
-            if found is not None:
-                path, leaf = found
-                kind = f"{type(leaf).__module__}.{type(leaf).__qualname__}"
-                return TypeError(
-                    f"env {envs.env_indices[local]}: {path} holds a {kind}, which cannot be "
-                    "pickled to send it to the caller; return something picklable there "
-                    "(or keep it inside the env)"
-                )
-    return None
-
-
-def _step_locator(
-    envs: _WorkerEnvs, request: Any, items: Any, infos: list[list[dict]]
-) -> Callable[[], Exception | None]:
-    targets = range(len(envs.envs)) if request[0] is None else request[0]
-    return lambda: _locate_unsendable(envs, targets, items, infos)
-
-
-def _answer_locator(
-    envs: _WorkerEnvs, command: Command, payload: Any, answer: Answer
-) -> Callable[[], Exception | None] | None:
-    """For a step or reset answer, a `_locate_unsendable` of its observations and infos."""
-    if not isinstance(answer, Ok) or command not in (Command.STEP, Command.RESET):
-        return None
-    if command == Command.STEP:
-        targets = range(len(envs.envs)) if payload[0] is None else payload[0]
-        items, infos = answer.payload[0], answer.payload[4]
-    else:
-        targets = [request[0] for request in payload]
-        items, infos = answer.payload
-    return lambda: _locate_unsendable(envs, targets, items, infos)
-
-
-def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool) -> None:
+def _fast_step(envs: WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool) -> None:
     """Serve one fast step: actions from the slot, results into it, a short answer."""
     slot = fast.slot
     assert slot is not None, "a fast step before the slot"
@@ -810,15 +346,15 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
     try:
         items, rewards, terminations, truncations, infos = envs.step_arrays(request)
     except Exception as exc:
-        fast.answer(conn, _pickled(to_wire(Raised.from_exception(exc))))
+        fast.answer(conn, pickle_answer(to_wire(Raised.from_exception(exc))))
         return
     if timed:
         slot.write_times(started, time.monotonic_ns())
     if items is not None:  # observations travel through the pipe: the pickled answer
         payload = (items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos)
         times = (started, time.monotonic_ns()) if timed else None
-        locate = _step_locator(envs, request, items, infos)
-        fast.answer(conn, _pickled(to_wire(Ok(payload, times)), locate))
+        locate = step_locator(envs, request, items, infos)
+        fast.answer(conn, pickle_answer(to_wire(Ok(payload, times)), locate))
         return
     slot.write_results(rewards, terminations, truncations)
     # infos that fit the layout are never all empty (a layout has keys): try it first
@@ -832,8 +368,8 @@ def _fast_step(envs: _WorkerEnvs, fast: _FastPath, conn: Connection, timed: bool
             slot.layout = layout  # the caller takes it from this answer
         else:
             layout = None
-        locate = _step_locator(envs, request, None, infos)
-        fast.answer(conn, _pickled((FAST_INFOS, infos, layout), locate))
+        locate = step_locator(envs, request, None, infos)
+        fast.answer(conn, pickle_answer((FAST_INFOS, infos, layout), locate))
 
 
 def _readable_waiter(fd: int) -> Callable[..., Any]:
@@ -854,8 +390,8 @@ def _readable_waiter(fd: int) -> Callable[..., Any]:
     return poller.poll
 
 
-def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+def _serve(envs: WorkerEnvs, conn: Connection, parent_pid: int) -> None:
+    threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
     fast = _FastPath()
     try:
         _serve_loop(envs, conn, fast)
@@ -863,7 +399,7 @@ def _serve(envs: _WorkerEnvs, conn: Connection, parent_pid: int) -> None:
         fast.release()
 
 
-def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
+def _serve_loop(envs: WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
     fd = fast.fd = conn.fileno()
     readable = _readable_waiter(fd)
     while True:
@@ -886,7 +422,7 @@ def _serve_loop(envs: _WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
             answer.times = (started, time.monotonic_ns())
         # a result that cannot be pickled becomes its Raised (nothing was written yet)
         fast.answer(
-            conn, _pickled(to_wire(answer), _answer_locator(envs, command, payload, answer))
+            conn, pickle_answer(to_wire(answer), answer_locator(envs, command, payload, answer))
         )
         if command == Command.CLOSE:  # the worker ends whatever its envs' close did
             return
