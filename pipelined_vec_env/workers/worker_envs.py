@@ -22,9 +22,9 @@ from gymnasium.vector.utils import (
     batch_space,
     iterate,
     read_from_shared_memory,
-    write_to_shared_memory,
 )
 
+from ..shared_memory import RowWriter
 from .observation_check import observation_error, without_envs
 from .step_profile import StepProfile
 
@@ -82,6 +82,7 @@ class WorkerEnvs:
         self.observation_space = envs[0].observation_space
         self.buffers: Any = None
         self.obs_view: np.ndarray | None = None
+        self.rows: RowWriter | None = None
         self.action_space = envs[0].action_space
         self.action_batch_space = batch_space(self.action_space, len(envs))
         # serial or concurrent stepping (ValueError: an unknown metadata value)
@@ -91,10 +92,12 @@ class WorkerEnvs:
         """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
         ``space``) for observations; None sends them through the pipe."""
         self.observation_space, self.buffers = space, buffers
-        self.obs_view = None
+        self.obs_view = self.rows = None
         if buffers is not None and isinstance(space, _FLAT_SPACES):
             # one array view of the whole batch: a row assignment per observation
             self.obs_view = read_from_shared_memory(space, buffers, n=num_envs)
+        elif buffers is not None:  # Dict/Tuple: one copy per array (gymnasium's write: two)
+            self.rows = RowWriter(space, buffers, num_envs)
 
     def _emit_all(self, done: list[tuple[int, Any]], items: list[Any], results: tuple) -> None:
         """Write each ``(local, obs)`` of ``done`` (in answer order); where an observation
@@ -123,10 +126,8 @@ class WorkerEnvs:
             items.append(obs)
         elif self.obs_view is not None:
             self.obs_view[self.env_indices[local]] = obs
-        else:
-            write_to_shared_memory(
-                self.observation_space, self.env_indices[local], obs, self.buffers
-            )
+        elif self.rows is not None:
+            self.rows.write(self.env_indices[local], obs)
 
     def _actions(self, actions: Any, n: int) -> Any:
         if isinstance(actions, np.ndarray):
