@@ -218,7 +218,8 @@ class ObservationError(ValueError):
     Raised where a worker writes the observation into the shared buffers, which is where it
     fails: checking costs nothing while observations fit. The worker's other envs are
     written and their results come back (``partial_results`` / ``partial_mask`` on the
-    caller's exception, as for any worker failure).
+    caller's exception, as for any worker failure; from decoupled ``recv``, in the next
+    ``recv`` calls).
 
     Attributes:
         env_index: Global index of the (first) env whose observation does not fit.

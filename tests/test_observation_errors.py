@@ -25,14 +25,17 @@ SPACE = spaces.Dict(
 
 class FrameEnv(gym.Env):
     """Frames of value ``10 * env_id + t``; env ``bad_env`` returns one bad observation
-    (``kind``) at its first step (``when="step"``) or first reset (``when="reset"``)."""
+    (``kind``) at its ``bad_at``-th step (``when="step"``) or reset (``when="reset"``)."""
 
     observation_space = SPACE
     action_space = spaces.Discrete(2)
 
-    def __init__(self, env_id: int, bad_env: int = 4, kind: str = "rgba", when: str = "step"):
+    def __init__(
+        self, env_id: int, bad_env: int = 4, kind: str = "rgba", when: str = "step", bad_at: int = 1
+    ):
         self.env_id, self.t = env_id, 0
-        self.bad_left = {"step": 0, "reset": 0, when: int(env_id == bad_env)}
+        self.calls = {"step": 0, "reset": 0}  # per kind: the calls so far
+        self.bad_call = {"step": 0, "reset": 0, when: bad_at if env_id == bad_env else 0}
         self.kind = kind
 
     def _obs(self, when: str) -> dict[str, Any]:
@@ -42,8 +45,8 @@ class FrameEnv(gym.Env):
             "wrist_image": np.full((8, 8, 3), value + 1, np.uint8),
             "state": np.array([self.env_id, self.t], np.float32),
         }
-        if self.bad_left[when]:
-            self.bad_left[when] -= 1
+        self.calls[when] += 1
+        if self.calls[when] == self.bad_call[when]:
             if self.kind == "rgba":
                 obs["wrist_image"] = np.zeros((8, 8, 4), np.uint8)
             elif self.kind == "missing":
@@ -164,3 +167,91 @@ def test_an_array_space_names_its_env_too(make_pipelined: Any) -> None:
 )
 def test_find_mismatch(space: spaces.Space, value: Any, found: Any) -> None:
     assert find_mismatch(space, value) == found
+
+
+def _decoupled_round(envs: Any, ids: list[int], t: int) -> None:
+    """Send every env of ``ids`` an action and receive all their results (step ``t``, none
+    failing): each env's frame and reward are its own."""
+    envs.send(np.zeros(len(ids), np.int64), ids)
+    got: dict[int, tuple[int, float]] = {}
+    while len(got) < len(ids):
+        obs, rewards, *_, infos = envs.recv(timeout=30)
+        for k, g in enumerate(infos["env_id"].tolist()):
+            got[g] = (int(obs["wrist_image"][k, 0, 0, 0]), float(rewards[k]))
+    assert got == {g: (10 * g + t + 1, g + float(t)) for g in ids}
+
+
+@pytest.mark.parametrize(
+    ("envs_per_worker", "order", "recovery"),
+    [(3, "in order", "async_reset"), (3, "reversed", "reset"), (1, "in order", "reset")],
+)
+def test_decoupled_recv_names_the_bad_frame_and_keeps_its_worker_siblings(
+    make_pipelined: Any, envs_per_worker: int, order: str, recovery: str
+) -> None:
+    """EnvPool-style ``recv``: env 4's RGBA frame at its 2nd step raises `ObservationError`
+    naming it once; the results of the other envs, those of env 4's worker included, come
+    out of the ``recv`` calls around it, those envs go on with ``send``, and a reset of
+    every env brings env 4 back. Whole workers' steps sent in order take the slot lane;
+    reversed, the general path."""
+    envs = make_pipelined(_fns(bad_at=2), envs_per_worker=envs_per_worker)
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=6, timeout=30)
+    ids = list(range(6)) if order == "in order" else list(range(5, -1, -1))
+    _decoupled_round(envs, ids, 1)
+    envs.send(np.zeros(6, np.int64), ids)  # env 4's second step is the bad one
+    got: dict[int, tuple[int, float]] = {}
+    errors = []
+    while len(got) < 5 or not errors:  # the error may come before, among or after them
+        try:
+            obs, rewards, *_, infos = envs.recv(timeout=30)
+        except ObservationError as err:
+            errors.append(err)
+            continue
+        for k, g in enumerate(infos["env_id"].tolist()):
+            got[g] = (int(obs["wrist_image"][k, 0, 0, 0]), float(rewards[k]))
+    assert len(errors) == 1
+    err = errors[0]
+    assert (err.env_index, err.key, err.env_indices) == (4, "observation['wrist_image']", (4,))
+    assert (err.expected, err.received) == ("shape (8, 8, 3) uint8", "shape (8, 8, 4) uint8")
+    assert isinstance(err.__cause__, RemoteTraceback) and "_emit" in str(err.__cause__)
+    # every other env's second step, env 4's worker siblings (3 and 5 with 3 per worker) too
+    assert got == {g: (10 * g + 3, g + 2.0) for g in (0, 1, 2, 3, 5)}
+    with pytest.raises(ValueError, match="not received"):
+        envs.send(np.zeros(1, np.int64), [4])  # env 4 left the decoupled flow
+    _decoupled_round(envs, [g for g in ids if g != 4], 3)  # the others go on
+    if recovery == "async_reset":
+        envs.async_reset(seed=0)
+        envs.recv(batch_size=6, timeout=30)
+        _decoupled_round(envs, ids, 1)
+    else:
+        envs.reset(seed=0)
+        obs, rewards, *_ = envs.step(np.zeros(6, np.int64))
+        assert rewards.tolist() == [g + 1.0 for g in range(6)]
+        assert [int(obs["wrist_image"][g, 0, 0, 0]) for g in range(6)] == [
+            10 * g + 2 for g in range(6)
+        ]
+
+
+def test_decoupled_reset_with_a_missing_key_keeps_its_worker_siblings(
+    make_pipelined: Any,
+) -> None:
+    envs = make_pipelined(_fns(kind="missing", when="reset"), envs_per_worker=3)
+    envs.async_reset(seed=0)
+    got: dict[int, int] = {}
+    errors = []
+    while len(got) < 5 or not errors:
+        try:
+            obs, rewards, *_, infos = envs.recv(timeout=30)
+        except ObservationError as err:
+            errors.append(err)
+            continue
+        assert not rewards.any()
+        for k, g in enumerate(infos["env_id"].tolist()):
+            assert infos["env"][k] == g
+            got[g] = int(obs["wrist_image"][k, 0, 0, 0])
+    assert [(e.env_index, e.key) for e in errors] == [(4, "observation['wrist_image']")]
+    assert got == {g: 10 * g + 1 for g in (0, 1, 2, 3, 5)}
+    envs.async_reset(seed=0)  # env 4's second reset fits
+    obs, *_, infos = envs.recv(batch_size=6, timeout=30)
+    assert sorted(infos["env_id"].tolist()) == list(range(6))
+    assert int(obs["wrist_image"][infos["env_id"].tolist().index(4), 0, 0, 0]) == 41

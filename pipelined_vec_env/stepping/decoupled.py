@@ -23,7 +23,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from ..batching import check_actions, to_numpy
-from ..errors import WaitTimeoutError, WorkerCrashedError
+from ..errors import ObservationError, WaitTimeoutError, WorkerCrashedError
 from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
@@ -438,7 +438,8 @@ class DecoupledState:
 
     def _take_answer(self, w: Any, command: InFlight, answer: Answer) -> None:
         """File one answer of worker ``w``: results become ready; a failure restarts the
-        worker within ``max_restarts`` or is raised."""
+        worker within ``max_restarts`` or is raised. An `ObservationError`'s results of
+        the worker's other envs become ready before it is raised (`_file_fitting`)."""
         env = self.env
         ids = list(command.env_ids)
         self.in_flight.difference_update(ids)
@@ -451,9 +452,32 @@ class DecoupledState:
             raise WorkerCrashedError(w.index, w.env_indices, w.exitcode)
         if not isinstance(answer, Ok):
             env.stages[w.stage].fail(w, describe_failure(w, answer))
-            raise_worker_error(w, answer)
+            try:
+                raise_worker_error(w, answer)
+            except ObservationError as error:
+                self._file_fitting(ids, error)
+                raise
         payload = answer.payload
         self._unpack(ids, payload.read() if type(payload) is SlotRead else payload)
+
+    def _file_fitting(self, ids: list[int], error: ObservationError) -> None:
+        """Queue the results of the envs ``ids`` (one answer's) whose observations fit,
+        which ``error`` carries (taken from it): the worker wrote their observations, and
+        they go on with ``send``; the envs ``error.env_indices`` leave the decoupled flow
+        until a reset, as a failed worker's envs do."""
+        results, error.worker_results = error.worker_results, None
+        keep = [k for k, g in enumerate(ids) if g not in error.env_indices]
+        if results is None or not keep:
+            return
+        items, infos = results[0], results[-1]
+        if items is not None:  # through the pipe: the fitting envs' items only
+            items = items if len(items) == len(keep) else [items[k] for k in keep]
+        infos = [infos[k] for k in keep]
+        if len(results) == 2:  # a reset's
+            self._unpack([ids[k] for k in keep], (items, infos))
+            return
+        rewards, terminations, truncations = (np.asarray(a)[keep] for a in results[1:4])
+        self._unpack([ids[k] for k in keep], (items, rewards, terminations, truncations, infos))
 
     def _drop(self, w: Any) -> list[int]:
         """Forget every command of ``w`` still in flight (its process is gone or about to

@@ -93,6 +93,9 @@ class DecoupledMethods:
                 envs whose step was lost are returned with ``truncated=True`` and
                 ``info["worker_restarted"]``; a sibling not in flight gets that result
                 from its next [`send`][pipelined_vec_env.PipelinedVectorEnv.send] (docs/fault_tolerance.md).
+            ObservationError: An env's observation does not fit the observation space;
+                that env leaves the decoupled flow until a reset, and the results of its
+                worker's other envs come out of the next ``recv`` calls.
         """
         self._decoupled_check_open()
         return self.decoupled.recv(batch_size, timeout)
