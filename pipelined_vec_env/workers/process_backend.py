@@ -207,13 +207,7 @@ class ProcessBackend:
         for h in handles:
             with contextlib.suppress(OSError, ValueError):
                 h.process.join(0 if not h.is_alive() else 0.1)
-            h.close_pipe()
-            h.release_slot()
-            h.remove_stack_file()
-            try:
-                h.process.close()
-            except ValueError:
-                logger.warning("worker %d could not be reaped", h.index)
+            h.release_resources()
 
 
 def _poll_pipe(h: WorkerHandle) -> bool:

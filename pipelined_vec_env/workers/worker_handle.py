@@ -493,6 +493,11 @@ class WorkerHandle:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(1.0)
+        self.release_resources()
+
+    def release_resources(self) -> None:
+        """Once the process has exited (or been killed): close the pipe, release the slot
+        and the stack file, reap the process. Logs a warning where it cannot be reaped."""
         self.close_pipe()
         self.release_slot()
         self.remove_stack_file()
