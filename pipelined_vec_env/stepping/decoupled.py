@@ -3,7 +3,9 @@
 Instead of stepping a whole stage at once, every env is an independent producer: the
 caller receives the results of whichever envs are ready (``recv``), and sends actions to
 any subset of the envs it received (``send``). A worker holding several envs may have
-several commands queued; its answers come back in order. This is the single-consumer API
+several commands queued; its answers come back in order, except for a worker that steps
+its envs concurrently, which is sent one `Command.STEP_ENV` per env and answers each env
+as soon as it stepped (`_step_commands`). This is the single-consumer API
 of EnvPool (Weng et al., 2022, "EnvPool: A Highly Parallel Reinforcement Learning
 Environment Execution Engine"), the base that `pipelined_vec_env.stepping.channel` builds
 RLinf-style multi-actor inference on.

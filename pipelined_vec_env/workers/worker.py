@@ -2,7 +2,10 @@
 
 A worker owns one or several envs (``envs_per_worker``), built inside it from
 cloudpickled constructors, so simulators never share a process with the caller. It
-serves one command at a time from its pipe and answers each with exactly one message.
+serves one command at a time from its pipe and answers each with exactly one message,
+except `Command.STEP_ENV`: each starts on the worker's threads as it is read and is
+answered, tagged with its env, as soon as that env stepped (`EnvSteps`); any other command
+waits for the env steps read before it.
 
 Commands and answers are the typed ones of [`pipelined_vec_env.workers.protocol`][pipelined_vec_env.workers.protocol]
 (`Command`, `Ok`, `Raised`, `Ready`): a message from the caller is ``(command, payload)``,

@@ -318,7 +318,8 @@ class WorkerHandle:
             self._keep_results()
         if not self.dead:
             if self.profiler is not None:  # before the send: the worker may start at once
-                self.profiler.command_sent(self.index, command)
+                env = payload[0] if command == Command.STEP_ENV else None
+                self.profiler.command_sent(self.index, command, env)
             timed = self.profiler is not None  # ask for the worker's times
             kind = _PICKLED
             try:
@@ -446,7 +447,8 @@ class WorkerHandle:
             answer = from_wire(wire)
         self.answer_tag = tag
         if self.profiler is not None:
-            self.profiler.answer_received(self.index, answer.kind, getattr(answer, "times", None))
+            times = getattr(answer, "times", None)
+            self.profiler.answer_received(self.index, answer.kind, times, tag)
         if isinstance(answer, Ready):
             self._attach_slot(answer.description)
         return answer
