@@ -270,3 +270,21 @@ def test_recv_returns_a_concurrent_workers_envs_as_each_finishes(make_pipelined,
     assert sorted(got) == [0, 1, 3]
     # the worker's next plain command is answered as before
     assert list(envs.get_attr("quick")) == [False, False, True, False]
+
+
+def test_env_steps_count_toward_the_next_serial_measurement():
+    from pipelined_vec_env.workers.step_profile import REVISIT_BATCHES, StepProfile
+
+    envs = [NappingEnv(i, 100, nap=0.002) for i in range(2)]
+    for env in envs:
+        env.reset(seed=0)
+    profile = StepProfile(envs, (0, 1))
+    for _ in range(2 * WINDOW_STEPS // 2):
+        profile.run(lambda k: envs[k].step(0), 2)
+    assert profile.concurrent_now()
+    for _ in range(REVISIT_BATCHES + 1):  # decoupled single-env steps
+        profile.count_env_step()
+    assert not profile.concurrent_now()  # the caller sends whole commands: measured again
+    profile.run(lambda k: envs[k].step(0), 2)
+    assert profile.mode == "concurrent" and profile.window[3] == 2  # in a serial window
+    profile.close()

@@ -173,6 +173,17 @@ class StepProfile:
             for k in range(count):
                 step(k)
 
+    def count_env_step(self) -> None:
+        """Count one env's own step (a decoupled `Command.STEP_ENV`) toward the next
+        serial measurement window (`REVISIT_BATCHES` commands)."""
+        self.batches += 1
+
+    def concurrent_now(self) -> bool:
+        """Whether commands of single envs may step now: the mode is concurrent and no
+        serial measurement window is due (that one needs commands through `run`)."""
+        due = self.measure and self.batches > REVISIT_BATCHES
+        return self.mode == "concurrent" and not due
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Run ``fn(*args)`` on the worker's threads (one per env); return its future."""
         if self._threads is None:

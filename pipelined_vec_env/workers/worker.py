@@ -317,11 +317,12 @@ class _FastPath:
 
     def note_mode(self, envs: WorkerEnvs) -> None:
         """Say in the slot whether the worker steps its envs concurrently (decoupled
-        stepping then sends them one `Command.STEP_ENV` each): one store when it changed."""
+        stepping then sends them one `Command.STEP_ENV` each) and no serial measurement
+        window is due (`StepProfile.concurrent_now`): one store when it changed."""
         slot = self.slot
         if slot is None or len(envs.envs) < 2:
             return
-        concurrent = envs.profile.mode == "concurrent"
+        concurrent = envs.profile.concurrent_now()
         if concurrent != self.concurrent:
             slot.set_concurrent(concurrent)
             self.concurrent = concurrent
@@ -350,7 +351,9 @@ class EnvSteps:
         earlier = self.running.pop(local, None)
         if earlier is not None:  # the same env again: after its earlier step
             earlier.result()
-        self.running[local] = self.envs.profile.submit(self._step, local, payload[1], timed)
+        profile = self.envs.profile
+        profile.count_env_step()
+        self.running[local] = profile.submit(self._step, local, payload[1], timed)
 
     def _step(self, local: int, rows: Any, timed: bool) -> None:
         envs = self.envs
@@ -495,6 +498,7 @@ def _serve_loop(envs: WorkerEnvs, conn: Connection, fast: _FastPath, steps: EnvS
         timed = len(message) > 2  # profiling: start and finish times ride on the answer
         if command == Command.STEP_ENV:  # started now, answered when done
             steps.start(payload, timed)
+            fast.note_mode(envs)
             continue
         steps.drain()  # every other command in order, after the env steps before it
         if command == Command.ATTACH_SLOT:
