@@ -28,11 +28,20 @@ pytestmark = pytest.mark.timeout(120)
 class InfoEnv(gym.Env):
     """Observation float32 ``(2,)``: (own id, steps taken); reward: the action plus 100 x
     the id; scalar infos every step (the fast path's info columns), the same keys at
-    reset (`info_at`); terminates every ``episode`` steps."""
+    reset (`info_at`); terminates every ``episode`` steps. Its step naps up to 3 ms (its
+    worker measures it off the CPU and steps its envs concurrently) unless ``serial``
+    declares it serial (``metadata["step_concurrency"]``)."""
 
     def __init__(
-        self, env_id: int, floats_only: bool = False, episode: int = 7, extra_every: int = 0
+        self,
+        env_id: int,
+        floats_only: bool = False,
+        episode: int = 7,
+        extra_every: int = 0,
+        serial: bool = False,
     ) -> None:
+        if serial:
+            self.metadata = {**self.metadata, "step_concurrency": "serial"}
         self.env_id, self.episode, self.steps = env_id, episode, 0
         self.floats_only, self.extra_every = floats_only, extra_every
         self.observation_space = spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
@@ -151,10 +160,11 @@ def test_whole_worker_recv_equals_the_env_by_env_batch(
     """Sends of whole workers, each worker's envs in order, go through the slot lane
     (results joined straight from the slots); what ``recv`` returns is still the batch
     built env by env, also when the infos leave the worker's layout (pickled beside the
-    slot's results) or mix cell kinds (merged key by key)."""
+    slot's results) or mix cell kinds (merged key by key). The envs say they step
+    serially: a worker stepping concurrently gets one command per env instead."""
     n = 6
     envs = make_pipelined(
-        [partial(InfoEnv, i, floats_only, extra_every=extra_every) for i in range(n)],
+        [partial(InfoEnv, i, floats_only, extra_every=extra_every, serial=True) for i in range(n)],
         envs_per_worker=3,
     )
     envs.async_reset(seed=0)

@@ -257,3 +257,66 @@ def test_channel_run_survives_a_hung_simulator(make_pipelined):
     assert hung.truncations.tolist() == [False, False, True, False, False]
     assert hung.infos[2]["worker_restarted"]
     assert not rollout.trajectories[1].truncations.any()
+
+
+class ConcurrentFaultyEnv(FaultyEnv):
+    """`FaultyEnv` declared concurrent: decoupled stepping sends its worker one command
+    per env, answered as each env finishes."""
+
+    metadata = {**FaultyEnv.metadata, "step_concurrency": "concurrent"}
+
+
+def test_decoupled_step_deadline_on_a_concurrent_worker_keeps_the_quick_env(make_pipelined):
+    # env 1, answered on its own, survives the kill of its worker for env 0's hang
+    envs = make_pipelined(
+        [partial(ConcurrentFaultyEnv, 60.0) for _ in range(2)],
+        envs_per_worker=2,
+        step_deadline=0.5,
+        max_restarts=1,
+    )
+    envs.async_reset(seed=0)
+    envs.recv(batch_size=2, timeout=30)
+    envs.send(acts(F.SLEEP, 0), [0, 1])
+    got = recv_all(envs, 2)
+    assert envs.workers[0].deadline_exceeded is False and envs.restart_counts == (1,)
+    assert got[0][3] and got[0][4]["worker_restarted"] and got[0][0][0] == 0
+    assert got[1][0][0] == 1 and not got[1][3] and "worker_restarted" not in got[1][4]
+    # without restarts, the hang is raised and the quick env's result still came
+    failing = make_pipelined(
+        [partial(ConcurrentFaultyEnv, 60.0) for _ in range(2)],
+        envs_per_worker=2,
+        step_deadline=0.5,
+    )
+    failing.async_reset(seed=0)
+    failing.recv(batch_size=2, timeout=30)
+    failing.send(acts(F.SLEEP, 0), [0, 1])
+    assert failing.recv(timeout=30)[-1]["env_id"].tolist() == [1]
+    with pytest.raises(WorkerCrashedError):
+        failing.recv(timeout=30)
+
+
+@pytest.mark.parametrize("bad", [F.SIGKILL, F.RAISE])
+def test_decoupled_failure_of_a_concurrent_worker_truncates_and_goes_on(make_pipelined, bad):
+    envs = make_pipelined(
+        [ConcurrentFaultyEnv for _ in range(4)], envs_per_worker=2, max_restarts=1
+    )
+    envs.async_reset(seed=0)
+    recv_all(envs, 4)
+    envs.send(acts(0, 0, 0, 0), [0, 1, 2, 3])
+    recv_all(envs, 4)
+    envs.send(acts(0, 0, bad, 0), [0, 1, 2, 3])
+    got = recv_all(envs, 4)
+    assert envs.restart_counts == (0, 1)
+    for g in (0, 1):
+        assert got[g][0][0] == 2 and not got[g][3]
+    assert got[2][3] and got[2][4]["worker_restarted"]
+    # env 3 either stepped before the failure or lost its step to it
+    assert got[3][0][0] == 2 or (got[3][3] and got[3][4]["worker_restarted"])
+    if got[3][0][0] == 2 and not got[3][3]:  # its simulator is gone: the next step says so
+        envs.send(acts(0), [3])
+        (obs3, _, _, trunc3, info3) = recv_all(envs, 1)[3]
+        assert trunc3 and info3["worker_restarted"]
+    # then every env steps on
+    ids = list(range(4))
+    envs.send(acts(0, 0, 0, 0), ids)
+    assert sorted(recv_all(envs, 4)) == ids

@@ -318,3 +318,21 @@ def test_inference_channel_bottleneck(make_pipelined, slow):
     spans = [e for e in trace if e["ph"] == "X" and e["name"] == "inference"]
     assert 0 not in {e["tid"] for e in spans}
     assert any(e["ph"] == "X" and e["name"].startswith("channel wait") for e in trace)
+
+
+def test_the_profiler_pairs_an_env_step_answer_with_its_own_send():
+    from pipelined_vec_env.profiling.profiler import Profiler
+
+    profiler = Profiler(enabled=True)
+    profiler.add_worker(0, 0, (0, 1))
+    profiler.command_sent(0, Command.STEP_ENV, 0)
+    time.sleep(0.001)  # the two sends at distinct times
+    profiler.command_sent(0, Command.STEP_ENV, 1)
+    profiler.command_sent(0, Command.CALL)
+    profiler.answer_received(0, "ok", (5, 6), 1)  # env 1 first: out of order
+    profiler.answer_received(0, "ok", (7, 8), 0)
+    profiler.answer_received(0, "ok", None)
+    records = profiler.records()["commands"]
+    assert [r[1] for r in records] == [Command.STEP_ENV, Command.STEP_ENV, Command.CALL]
+    first, second, _ = records
+    assert first[2] > second[2]  # env 1's answer has env 1's (later) send time

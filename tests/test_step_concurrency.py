@@ -231,3 +231,60 @@ def test_the_decision_is_logged_at_debug_level(caplog):
     assert any(
         "envs (4, 5): stepping concurrent (measured:" in r.getMessage() for r in caplog.records
     )
+
+
+class GatedEnv(NappingEnv):
+    """A `NappingEnv` declared concurrent whose step, unless ``quick``, first waits (at
+    most 30 s) until ``gate`` exists: its step ends only once the test says so."""
+
+    def __init__(self, env_id: int, gate: Path, quick: bool) -> None:
+        super().__init__(env_id, 100, nap=0.0, declared="concurrent")
+        self.gate, self.quick = gate, quick
+
+    def step(self, action: Any):
+        deadline = time.monotonic() + 30.0
+        while not self.quick and not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return super().step(action)
+
+
+def test_recv_returns_a_concurrent_workers_envs_as_each_finishes(make_pipelined, tmp_path):
+    # envs 0, 1, 3 step only once the gate opens; env 2 at once: sent together to one
+    # worker, env 2 comes back alone, before the others are done
+    gate = tmp_path / "gate"
+    fns = [partial(GatedEnv, i, gate, quick=i == 2) for i in range(4)]
+    envs = make_pipelined(fns, envs_per_worker=4)
+    envs.async_reset(seed=3)
+    *_, info = envs.recv(batch_size=4)
+    envs.send(np.zeros(4, dtype=np.int64), info["env_id"])
+    *_, info = envs.recv(batch_size=1, timeout=20.0)
+    assert info["env_id"].tolist() == [2]
+    envs.send(np.zeros(1, dtype=np.int64), info["env_id"])  # again, while the others step
+    *_, info = envs.recv(batch_size=1, timeout=20.0)
+    assert info["env_id"].tolist() == [2]
+    gate.write_text("open")
+    got = []
+    while len(got) < 3:
+        *_, info = envs.recv(batch_size=1, timeout=20.0)
+        got.extend(info["env_id"].tolist())
+    assert sorted(got) == [0, 1, 3]
+    # the worker's next plain command is answered as before
+    assert list(envs.get_attr("quick")) == [False, False, True, False]
+
+
+def test_env_steps_count_toward_the_next_serial_measurement():
+    from pipelined_vec_env.workers.step_profile import REVISIT_BATCHES, StepProfile
+
+    envs = [NappingEnv(i, 100, nap=0.002) for i in range(2)]
+    for env in envs:
+        env.reset(seed=0)
+    profile = StepProfile(envs, (0, 1))
+    for _ in range(2 * WINDOW_STEPS // 2):
+        profile.run(lambda k: envs[k].step(0), 2)
+    assert profile.concurrent_now()
+    for _ in range(REVISIT_BATCHES + 1):  # decoupled single-env steps
+        profile.count_env_step()
+    assert not profile.concurrent_now()  # the caller sends whole commands: measured again
+    profile.run(lambda k: envs[k].step(0), 2)
+    assert profile.mode == "concurrent" and profile.window[3] == 2  # in a serial window
+    profile.close()

@@ -114,7 +114,8 @@ class Profiler:
         self._wait_open: dict[int, int] = {}
         self._last: dict[int, tuple[int, str, int, int | None, int | None, int, str]] = {}
         if not hasattr(self, "_pending"):
-            self._pending: dict[int, deque[tuple[str, int, bool]]] = {}
+            # per worker, its commands in flight: (command, sent, recorded, env or None)
+            self._pending: dict[int, deque[tuple[str, int, bool, int | None]]] = {}
         self._windows: list[list[int | None]] = [[_now(), None]] if self.enabled else []
 
     def add_worker(self, index: int, stage: int, env_indices: Sequence[int]) -> None:
@@ -142,14 +143,20 @@ class Profiler:
     # ------------------------------------------------------------------ record methods
     # called by the worker layer (only when enabled)
 
-    def command_sent(self, worker: int, command: str) -> None:
-        """Worker ``worker`` was just sent ``command`` (answered commands only matter)."""
+    def command_sent(self, worker: int, command: str, env: int | None = None) -> None:
+        """Worker ``worker`` was just sent ``command`` (answered commands only matter);
+        ``env``: the local env of a ``step_env``, whose answer names it."""
         if command in _NO_ANSWER:
             return
-        self._pending.setdefault(worker, deque()).append((command, _now(), self.recording))
+        entry = (command, _now(), self.recording, env)
+        self._pending.setdefault(worker, deque()).append(entry)
 
-    def answer_received(self, worker: int, kind: str, times: tuple[int, int] | None) -> None:
-        """The answer to ``worker``'s oldest command arrived.
+    def answer_received(
+        self, worker: int, kind: str, times: tuple[int, int] | None, env: int | None = None
+    ) -> None:
+        """The answer to ``worker``'s oldest command arrived, or with ``env``, to its
+        ``step_env`` of that local env (answered as each env is done); an answer without
+        ``env`` is to the oldest other command (its worker answers those in order).
 
         Args:
             worker: Worker index.
@@ -161,7 +168,9 @@ class Profiler:
         queue = self._pending.get(worker)
         if not queue:
             return  # an answer we did not see sent (a start-up ``ready``)
-        command, t_sent, keep = queue.popleft()
+        k = next((k for k, e in enumerate(queue) if e[3] == env), 0)
+        command, t_sent, keep, _ = queue[k]
+        del queue[k]
         if not keep or not self.recording:
             return
         t_start, t_end = times if times is not None else (None, None)
@@ -174,7 +183,7 @@ class Profiler:
         its start-up (until ``ready``) is recorded as a ``start`` command."""
         self._pending.setdefault(worker, deque()).clear()
         self._instant("restart", worker)
-        self._pending[worker].append(("start", _now(), self.recording))
+        self._pending[worker].append(("start", _now(), self.recording, None))
 
     def deadline_kill(self, worker: int) -> None:
         """Worker ``worker`` is being killed for overrunning ``step_deadline``."""

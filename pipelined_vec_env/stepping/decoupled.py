@@ -3,7 +3,9 @@
 Instead of stepping a whole stage at once, every env is an independent producer: the
 caller receives the results of whichever envs are ready (``recv``), and sends actions to
 any subset of the envs it received (``send``). A worker holding several envs may have
-several commands queued; its answers come back in order. This is the single-consumer API
+several commands queued; its answers come back in order, except for a worker that steps
+its envs concurrently, which is sent one `Command.STEP_ENV` per env and answers each env
+as soon as it stepped (`_step_commands`). This is the single-consumer API
 of EnvPool (Weng et al., 2022, "EnvPool: A Highly Parallel Reinforcement Learning
 Environment Execution Engine"), the base that `pipelined_vec_env.stepping.channel` builds
 RLinf-style multi-actor inference on.
@@ -198,18 +200,10 @@ class DecoupledState:
 
     def _send_step(self, w: Any, batch: Any, positions: list[int], id_list: list[int]) -> None:
         """Send worker ``w`` the step of the envs ``id_list[p]`` for ``p`` in ``positions``
-        (their actions: those rows of ``batch``)."""
-        first, count = positions[0], len(positions)
-        if positions[-1] - first + 1 == count and type(batch) is np.ndarray:
-            rows = batch[first : first + count].copy()  # a run of rows: one slice
-        else:
-            rows = rows_of(self.env.single_action_space, batch, positions)
-        ids = [id_list[p] for p in positions]
-        base = w.env_indices[0]
-        locals_: list[int] | None = [g - base for g in ids]
-        if count == len(w.env_indices) and locals_ == list(range(count)):
-            locals_ = None  # every env of the worker in order, as a whole-env step
-        self._send(w, Command.STEP, (locals_, rows), ids)
+        (their actions: those rows of ``batch``), as `_step_commands` says."""
+        space = self.env.single_action_space
+        for command, payload, ids in _step_commands(space, w, batch, positions, id_list):
+            self._send(w, command, payload, ids)
 
     def recv(self, batch_size: int | None, timeout: float | None) -> Results:
         env = self.env
@@ -269,6 +263,7 @@ class DecoupledState:
             if (
                 tuple(id_list[pos : pos + k]) != envs
                 or slot is None
+                or (k > 1 and slot.worker_concurrent())  # one command per env instead
                 or not pool.idle([w])
                 or not slot.accepts(rows, k)
             ):
@@ -574,6 +569,50 @@ class DecoupledState:
         infos["_env_id"] = all_true((n,))
         self.received.update(ids.tolist())
         return obs, rewards, terminations, truncations, infos
+
+
+def _steps_concurrently(w: Any) -> bool:
+    """Whether worker ``w`` said (in its slot) that it steps its several envs
+    concurrently: decoupled stepping then sends it one `Command.STEP_ENV` per env. Workers
+    without a slot (Ray, ``fast_path=False``, actions of no fixed layout) never say so:
+    their envs sent together are answered together."""
+    slot = getattr(w, "slot", None)  # a Ray actor has none
+    return slot is not None and len(w.env_indices) > 1 and slot.worker_concurrent()
+
+
+def _step_commands(
+    space: Any, w: Any, batch: Any, positions: list[int], id_list: list[int]
+) -> list[tuple[Command, Any, tuple[int, ...]]]:
+    """The commands ``(command, payload, env ids)`` that step the envs ``id_list[p]``
+    (``p`` in ``positions``) of worker ``w`` with the rows ``p`` of ``batch`` (checked
+    actions of ``space``): one `Command.STEP` of them all, or, to a worker that steps its
+    envs concurrently (`_steps_concurrently`), one `Command.STEP_ENV` per env. The
+    worker starts each as it reads it and answers each as soon as that env stepped, so
+    ``recv`` gets a worker's envs in the order they finish, as with one env per worker."""
+    plain = type(batch) is np.ndarray
+    base = w.env_indices[0]
+    if _steps_concurrently(w):
+        return [
+            (
+                Command.STEP_ENV,
+                (
+                    id_list[p] - base,
+                    batch[p : p + 1].copy() if plain else rows_of(space, batch, [p]),
+                ),
+                (id_list[p],),
+            )
+            for p in positions
+        ]
+    first, count = positions[0], len(positions)
+    if positions[-1] - first + 1 == count and plain:
+        rows = batch[first : first + count].copy()  # a run of rows: one slice
+    else:
+        rows = rows_of(space, batch, positions)
+    ids = tuple(id_list[p] for p in positions)
+    locals_: list[int] | None = [g - base for g in ids]
+    if count == len(w.env_indices) and locals_ == list(range(count)):
+        locals_ = None  # every env of the worker in order, as a whole-env step
+    return [(Command.STEP, (locals_, rows), ids)]
 
 
 _ZERO = np.zeros(1)

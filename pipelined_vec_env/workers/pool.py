@@ -51,7 +51,7 @@ __all__ = ["InFlight", "WorkerPool", "resolve_affinity"]
 logger = logging.getLogger(__name__)
 
 #: Commands ``step_deadline`` applies to (``start_timeout`` applies to `Command.START`).
-_DEADLINE_COMMANDS = frozenset({Command.STEP, Command.RESET})
+_DEADLINE_COMMANDS = frozenset({Command.STEP, Command.STEP_ENV, Command.RESET})
 
 
 @dataclass(slots=True)
@@ -508,13 +508,17 @@ class WorkerPool:
                 )
 
     def finish(self, w: Any) -> InFlight:
-        """Forget worker ``w``'s oldest command, whose answer the caller read from the
-        handle itself (`WorkerHandle.receive`, not `poll`); return it. The command queued
-        next, if any, runs from now."""
+        """Forget the command of worker ``w`` whose answer the caller just took from its
+        handle, and return it: the oldest, but for a `Command.STEP_ENV`'s (`_answered`).
+        The command queued next runs from now, unless a `Command.STEP_ENV` (started as
+        it came)."""
         queue = self._queues[w.index]
-        command = queue.popleft()
-        if queue and queue[0].sent_at < (now := time.monotonic()):
-            queue[0].sent_at = now
+        k = _answered(queue, getattr(w, "answer_tag", None), w.env_indices)
+        command = queue[k]
+        del queue[k]
+        if queue and queue[0].command != Command.STEP_ENV:
+            if queue[0].sent_at < (now := time.monotonic()):
+                queue[0].sent_at = now
         return command
 
     def take(self, w: Any) -> Answer | None:
@@ -655,6 +659,26 @@ class WorkerPool:
         for queue in self._queues.values():
             queue.clear()
         self._answers.clear()
+
+
+def _answered(queue: deque[InFlight], tag: int | None, env_indices: tuple[int, ...]) -> int:
+    """The position in ``queue`` (a worker's commands in flight) of the command that its
+    answer tagged ``tag`` answers: the `Command.STEP_ENV` of env ``tag`` (local index;
+    such answers come as each env is done), or for an untagged answer the oldest other
+    command (the worker serves those in order, after the env steps read before them);
+    0 where none matches (a crash answers the oldest)."""
+    if tag is None and queue and queue[0].command != Command.STEP_ENV:
+        return 0  # the common case: answers in order
+    if tag is not None:
+        g = env_indices[tag]
+        for k, c in enumerate(queue):
+            if c.command == Command.STEP_ENV and c.env_ids[0] == g:
+                return k
+        return 0
+    for k, c in enumerate(queue):
+        if c.command != Command.STEP_ENV:
+            return k
+    return 0
 
 
 def _log_restart(

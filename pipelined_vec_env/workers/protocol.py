@@ -41,7 +41,9 @@ __all__ = [
     "Ready",
     "TimedOut",
     "from_wire",
+    "tag_wire",
     "to_wire",
+    "untag_wire",
 ]
 
 
@@ -53,6 +55,7 @@ class Command(StrEnum):
     | `ATTACH` | `(observation_space, buffers, num_envs)` | no answer |
     | `RESET` | `[(local_index, seed, options), ...]` | `(obs_items, infos)` |
     | `STEP` | `(local_indices or None, batched actions)` | `(obs_items, rewards, terminations, truncations, infos)` |
+    | `STEP_ENV` | `(local_index, batched actions of that one env)` | as `STEP`'s, for the one env; answered as soon as that env stepped, maybe before commands sent earlier (tagged, see `tag_wire`) |
     | `CALL` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
     | `SET_ATTR` | `(name, values, local_indices)` | `None` |
     | `SET_AUTORESET` | local indices (their next step resets) | no answer |
@@ -67,6 +70,7 @@ class Command(StrEnum):
     ATTACH = "attach"
     RESET = "reset"
     STEP = "step"
+    STEP_ENV = "step_env"
     CALL = "call"
     SET_ATTR = "set_attr"
     SET_AUTORESET = "set_autoreset"
@@ -218,7 +222,7 @@ class TimedOut:
 Answer = Ok | Ready | Raised | Crashed | TimedOut
 
 
-_OK, _READY, _RAISED = 0, 1, 2
+_OK, _READY, _RAISED, _TAGGED = 0, 1, 2, 3
 
 
 def to_wire(answer: Ok | Ready | Raised) -> tuple[Any, ...]:
@@ -246,3 +250,18 @@ def from_wire(message: tuple[Any, ...]) -> Ok | Ready | Raised:
     if tag == _RAISED:
         return Raised(*message[1:])
     raise ValueError(f"not a protocol answer: tag {tag!r}")
+
+
+def tag_wire(tag: int, data: bytes) -> tuple[int, int, bytes]:
+    """The message that carries ``data`` (a pickled `to_wire` answer) tagged with ``tag``:
+    the local index of the env whose `Command.STEP_ENV` it answers (such answers may come
+    out of order; `untag_wire` reads them)."""
+    return (_TAGGED, tag, data)
+
+
+def untag_wire(message: tuple[Any, ...]) -> tuple[tuple[Any, ...], int | None]:
+    """``(the answer's wire tuple, its tag)`` for a message `tag_wire` made; ``(message,
+    None)`` for any other."""
+    if message[0] != _TAGGED:
+        return message, None
+    return pickle.loads(message[2]), message[1]

@@ -6,7 +6,7 @@ worker's ``n`` envs:
 
 | field | dtype, shape | written by |
 |---|---|---|
-| header | ``int64[8]``: messages sent, answers sent, envs in the request, worker times, the message the worker spins for, the last message sent without a pipe frame and its kind | both |
+| header | ``int64[9]``: messages sent, answers sent, envs in the request, worker times, the message the worker spins for, the last message sent without a pipe frame and its kind, whether the worker steps its envs concurrently | both |
 | env indices | ``int64[n]``: the local envs of a partial step | caller |
 | actions | the action space's dtype, ``(n, *shape)`` | caller |
 | rewards | ``float64[n]`` | worker |
@@ -93,8 +93,8 @@ _SHORT_FRAMES = {
 }
 # a whole one-byte frame, as one read returns it -> its byte
 _SHORT_BODIES = {frame: byte for byte, frame in _SHORT_FRAMES.items()}
-_SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED, _WAITING, _WAKELESS, _KIND = range(8)
-_HEADER = 8
+_SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED, _WAITING, _WAKELESS, _KIND, _CONCURRENT = range(9)
+_HEADER = 9
 _KINDS = {WAKE_STEP: 1, WAKE_STEP_TIMED: 2}
 _KIND_BYTES = {code: byte for byte, code in _KINDS.items()}
 
@@ -467,6 +467,15 @@ class StepSlot:
     def write_times(self, started: int, finished: int) -> None:
         """Record the worker's start and finish times of a timed step (ns)."""
         self.header[_STARTED], self.header[_FINISHED] = started, finished
+
+    def set_concurrent(self, concurrent: bool) -> None:
+        """Worker: say whether it steps its envs concurrently (`step_profile`), so that
+        decoupled stepping sends it one `Command.STEP_ENV` per env (no extra message)."""
+        self.header[_CONCURRENT] = int(concurrent)
+
+    def worker_concurrent(self) -> bool:
+        """Caller: whether the worker said it steps its envs concurrently."""
+        return bool(self.header[_CONCURRENT])
 
     def note_answered(self) -> None:
         """Count one answer written to the pipe (after writing it)."""

@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 __all__ = [
@@ -173,12 +173,27 @@ class StepProfile:
             for k in range(count):
                 step(k)
 
-    def _concurrently(self, step: Callable[[int], None], count: int) -> None:
+    def count_env_step(self) -> None:
+        """Count one env's own step (a decoupled `Command.STEP_ENV`) toward the next
+        serial measurement window (`REVISIT_BATCHES` commands)."""
+        self.batches += 1
+
+    def concurrent_now(self) -> bool:
+        """Whether commands of single envs may step now: the mode is concurrent and no
+        serial measurement window is due (that one needs commands through `run`)."""
+        due = self.measure and self.batches > REVISIT_BATCHES
+        return self.mode == "concurrent" and not due
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(*args)`` on the worker's threads (one per env); return its future."""
         if self._threads is None:
             self._threads = ThreadPoolExecutor(
                 max_workers=len(self.env_ids), thread_name_prefix="env-step"
             )
-        futures = [self._threads.submit(step, k) for k in range(count)]
+        return self._threads.submit(fn, *args)
+
+    def _concurrently(self, step: Callable[[int], None], count: int) -> None:
+        futures = [self.submit(step, k) for k in range(count)]
         # every step ends before the answer (or the first error, in env order): a next
         # command never finds one of its envs still stepping
         wait(futures)

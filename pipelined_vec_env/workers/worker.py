@@ -2,7 +2,10 @@
 
 A worker owns one or several envs (``envs_per_worker``), built inside it from
 cloudpickled constructors, so simulators never share a process with the caller. It
-serves one command at a time from its pipe and answers each with exactly one message.
+serves one command at a time from its pipe and answers each with exactly one message,
+except `Command.STEP_ENV`: each starts on the worker's threads as it is read and is
+answered, tagged with its env, as soon as that env stepped (`EnvSteps`); any other command
+waits for the env steps read before it.
 
 Commands and answers are the typed ones of [`pipelined_vec_env.workers.protocol`][pipelined_vec_env.workers.protocol]
 (`Command`, `Ok`, `Raised`, `Ready`): a message from the caller is ``(command, payload)``,
@@ -33,6 +36,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -57,7 +61,7 @@ from .process_setup import (
     set_worker_nice,
     watch_parent,
 )
-from .protocol import Answer, Command, Ok, Raised, Ready, to_wire
+from .protocol import Answer, Command, Ok, Raised, Ready, tag_wire, to_wire
 from .slots import (
     DONE_COLUMNS,
     DONE_EMPTY,
@@ -215,6 +219,9 @@ def serve_command(envs: WorkerEnvs, command: Command, payload: Any) -> Answer | 
     try:
         if command == Command.STEP:
             return Ok(envs.step(payload))
+        if command == Command.STEP_ENV:  # in order here (the Ray actor's serial calls)
+            local, rows = payload
+            return Ok(envs.step(([local], rows)))
         if command == Command.RESET:
             return Ok(envs.reset(payload))
         if command == Command.CALL:
@@ -242,11 +249,13 @@ class _FastPath:
         self.fd = -1  # the pipe's descriptor (set by the serve loop)
         self.can_spin = False  # whether the waits may spin (set with the slot)
         self.spins_for = 0  # the message the next wait spins for (0: it sleeps)
+        self.concurrent = False  # what the slot says of the worker's stepping
 
     def attach(self, slot: StepSlot, spin: bool) -> None:
         if self.slot is not None:
             self.slot.release()
         self.slot, self.received = slot, 0
+        self.concurrent = False
         self.can_spin = spin  # the pool decided it (`spinning.can_spin` of the workers)
 
     def next_frame(self, readable: Callable[..., Any]) -> bytes:
@@ -298,10 +307,82 @@ class _FastPath:
             slot.note_answered()
             self.answered_at = time.perf_counter()
 
+    def answer_tagged(self, conn: Connection, data: bytes) -> None:
+        """Write an env step's answer from one of the worker's threads (`EnvSteps`, under
+        its lock), then count it in the slot; no spin is announced (the serve loop's
+        thread decides those, for the answers it writes)."""
+        conn.send_bytes(data)
+        if self.slot is not None:
+            self.slot.note_answered()
+
+    def note_mode(self, envs: WorkerEnvs) -> None:
+        """Say in the slot whether the worker steps its envs concurrently (decoupled
+        stepping then sends them one `Command.STEP_ENV` each) and no serial measurement
+        window is due (`StepProfile.concurrent_now`): one store when it changed."""
+        slot = self.slot
+        if slot is None or len(envs.envs) < 2:
+            return
+        concurrent = envs.profile.concurrent_now()
+        if concurrent != self.concurrent:
+            slot.set_concurrent(concurrent)
+            self.concurrent = concurrent
+
     def release(self) -> None:
         if self.slot is not None:
             self.slot.release()
             self.slot = None
+
+
+class EnvSteps:
+    """The `Command.STEP_ENV` steps of one worker: each starts on the worker's threads as
+    its command is read (the serve loop reads ahead while they run) and is answered as
+    soon as it is done, tagged with its env (`protocol.tag_wire`), so the caller receives
+    the envs in the order they finish. Any other command waits until every env step read
+    before it was answered (`drain`): the worker's answers to the others stay in order."""
+
+    def __init__(self, envs: WorkerEnvs, fast: _FastPath, conn: Connection) -> None:
+        self.envs, self.fast, self.conn = envs, fast, conn
+        self.lock = threading.Lock()  # one answer written at a time
+        self.running: dict[int, Future] = {}
+
+    def start(self, payload: tuple[int, Any], timed: bool) -> None:
+        """Start the step of env ``payload[0]`` with the actions ``payload[1]`` (one row)."""
+        local = payload[0]
+        earlier = self.running.pop(local, None)
+        if earlier is not None:  # the same env again: after its earlier step
+            earlier.result()
+        profile = self.envs.profile
+        profile.count_env_step()
+        self.running[local] = profile.submit(self._step, local, payload[1], timed)
+
+    def _step(self, local: int, rows: Any, timed: bool) -> None:
+        envs = self.envs
+        started = time.monotonic_ns() if timed else 0
+        request = ([local], rows)
+        answer: Answer
+        try:
+            answer = Ok(envs.step(request, direct=True))
+        except Exception as exc:
+            answer = Raised.from_exception(exc)
+        if timed and isinstance(answer, Ok):
+            answer.times = (started, time.monotonic_ns())
+        locate = answer_locator(envs, Command.STEP, request, answer)
+        data = pickle_answer(to_wire(answer), locate)
+        message = pickle.dumps(tag_wire(local, data), protocol=pickle.HIGHEST_PROTOCOL)
+        with self.lock:
+            self.fast.answer_tagged(self.conn, message)
+
+    def drain(self) -> None:
+        """Wait until every env step started was answered (a failed write: the caller is
+        gone, which the serve loop's next read finds)."""
+        if not self.running:
+            return
+        running, self.running = self.running, {}
+        for future in running.values():
+            try:
+                future.result()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
 
 
 def spin_for_message(
@@ -393,29 +474,41 @@ def _readable_waiter(fd: int) -> Callable[..., Any]:
 def _serve(envs: WorkerEnvs, conn: Connection, parent_pid: int) -> None:
     threading.Thread(target=watch_parent, args=(parent_pid,), daemon=True).start()
     fast = _FastPath()
+    steps = EnvSteps(envs, fast, conn)
     try:
-        _serve_loop(envs, conn, fast)
+        _serve_loop(envs, conn, fast, steps)
     finally:
+        steps.drain()
         fast.release()
 
 
-def _serve_loop(envs: WorkerEnvs, conn: Connection, fast: _FastPath) -> None:
+def _serve_loop(envs: WorkerEnvs, conn: Connection, fast: _FastPath, steps: EnvSteps) -> None:
     fd = fast.fd = conn.fileno()
     readable = _readable_waiter(fd)
     while True:
         data = fast.next_frame(readable)  # EOFError: the caller is gone
         fast.received_one()
         if len(data) == 1:  # a fast step: its request is in the slot
+            steps.drain()
             _fast_step(envs, fast, conn, timed=data == WAKE_STEP_TIMED)
+            fast.note_mode(envs)
             continue
         message = pickle.loads(data)
         command, payload = message[0], message[1]
+        timed = len(message) > 2  # profiling: start and finish times ride on the answer
+        if command == Command.STEP_ENV:  # started now, answered when done
+            steps.start(payload, timed)
+            fast.note_mode(envs)
+            continue
+        steps.drain()  # every other command in order, after the env steps before it
         if command == Command.ATTACH_SLOT:
             fast.attach(*payload)
+            fast.note_mode(envs)
             continue
-        timed = len(message) > 2  # profiling: start and finish times ride on the answer
         started = time.monotonic_ns() if timed else 0
         answer = serve_command(envs, command, payload)
+        if command == Command.STEP:
+            fast.note_mode(envs)
         if answer is None:
             continue
         if timed and isinstance(answer, Ok):

@@ -162,16 +162,18 @@ class WorkerEnvs:
         return (items if self.buffers is None else None), infos
 
     def step(
-        self, payload: tuple[list[int] | None, Any]
+        self, payload: tuple[list[int] | None, Any], direct: bool = False
     ) -> tuple[Any, list[float], list[bool], list[bool], list[list[dict]]]:
         """Step the envs of ``payload`` (``(local_indices or None, batched actions)``);
         return ``(obs_items, rewards, terminations, truncations, infos)`` with lists (they
-        pickle several times faster than small numpy arrays)."""
-        items, rewards, terminations, truncations, infos = self.step_arrays(payload)
+        pickle several times faster than small numpy arrays). With ``direct``, on the
+        calling thread, not measured nor dispatched by the step profile (a
+        `Command.STEP_ENV`, already on one of the worker's threads)."""
+        items, rewards, terminations, truncations, infos = self.step_arrays(payload, direct)
         return items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos
 
     def step_arrays(
-        self, payload: tuple[list[int] | None, Any]
+        self, payload: tuple[list[int] | None, Any], direct: bool = False
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
@@ -194,7 +196,11 @@ class WorkerEnvs:
             )
             observations[k] = obs
 
-        self.profile.run(step, n)  # one after another, or on the worker's threads
+        if direct:
+            for k in range(n):
+                step(k)
+        else:
+            self.profile.run(step, n)  # one after another, or on the worker's threads
         items: list[Any] = []
         done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were

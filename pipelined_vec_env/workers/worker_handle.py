@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..stacks import StackFile
 from .main_module import main_reference
 from .process_backend import ProcessBackend
-from .protocol import Answer, Command, Crashed, Ok, Ready, from_wire
+from .protocol import Answer, Command, Crashed, Ok, Ready, from_wire, untag_wire
 from .slots import (
     FAST_INFOS,
     WAKE_STEP,
@@ -124,6 +124,8 @@ class WorkerHandle:
             decoupled stepping queues commands on the worker).
         answer: The oldest received answer not consumed yet (a `pipelined_vec_env.workers.protocol`
             answer: `Ok`, `Ready`, `Raised`, `Crashed` or `TimedOut`).
+        answer_tag: The local index of the env whose `Command.STEP_ENV` ``answer``
+            answers (such answers may come out of order), else None.
         profiler: The vector env's ``Profiler`` when profiling is on (else None): told of
             every send, answer, restart, deadline kill and death.
         fast_path: Whether steps may use the slot.
@@ -179,6 +181,7 @@ class WorkerHandle:
     def _start(self) -> None:
         self.expected = 0
         self.answer: Answer | None = None
+        self.answer_tag: int | None = None
         self.dead = False
         self.deadline_exceeded = False
         #: every thread's stack, dumped just before a deadline kill (else None)
@@ -315,7 +318,8 @@ class WorkerHandle:
             self._keep_results()
         if not self.dead:
             if self.profiler is not None:  # before the send: the worker may start at once
-                self.profiler.command_sent(self.index, command)
+                env = payload[0] if command == Command.STEP_ENV else None
+                self.profiler.command_sent(self.index, command, env)
             timed = self.profiler is not None  # ask for the worker's times
             kind = _PICKLED
             try:
@@ -343,7 +347,7 @@ class WorkerHandle:
                     self.wire.fast_steps += 1
         if self.dead:
             if expect_answer and self.answer is None:
-                self.answer = Crashed(self.process.exitcode)
+                self.answer, self.answer_tag = Crashed(self.process.exitcode), None
             self.expected = 0
             self._awaited.clear()
             return
@@ -415,6 +419,7 @@ class WorkerHandle:
         profiler (when on).
         """
         data = recv_frame(self.fd)
+        tag = None  # a `Command.STEP_ENV`'s answer: its env's local index
         kind, timed, sent_at = self._awaited.popleft() if self._awaited else (_PICKLED, False, 0.0)
         slot = self.slot
         if slot is not None:
@@ -438,9 +443,12 @@ class WorkerHandle:
             else:
                 answer = from_wire(message)
         else:
-            answer = from_wire(pickle.loads(data))
+            wire, tag = untag_wire(pickle.loads(data))
+            answer = from_wire(wire)
+        self.answer_tag = tag
         if self.profiler is not None:
-            self.profiler.answer_received(self.index, answer.kind, getattr(answer, "times", None))
+            times = getattr(answer, "times", None)
+            self.profiler.answer_received(self.index, answer.kind, times, tag)
         if isinstance(answer, Ready):
             self._attach_slot(answer.description)
         return answer
@@ -475,7 +483,7 @@ class WorkerHandle:
     def found_dead(self) -> None:
         """The process is gone: its answer is a crash and nothing more is expected."""
         self._mark_dead()
-        self.answer = Crashed(self.process.exitcode)
+        self.answer, self.answer_tag = Crashed(self.process.exitcode), None
         self.expected = 0
         self._awaited.clear()
 
