@@ -38,13 +38,13 @@ _ABSOLUTE = re.compile(
 
 
 def relative_paths(value: object, repo: Path = REPO) -> object:
-    """``value`` (a result to be written: dicts, lists, strings, `Path`) with every absolute
-    path made relative to ``repo`` (``repo`` itself is ``"."``); a path outside ``repo``
+    """``value`` (a result to be written: dicts, lists, strings, `Path`; dict keys too) with
+    every absolute path made relative to ``repo`` (``repo`` itself is ``"."``); a path outside ``repo``
     keeps its last two parts after ``<outside>/`` (``/tmp/base/pipelined_vec_env`` is
     ``<outside>/base/pipelined_vec_env``), so a result file names no folder of the machine
     it ran on."""
     if isinstance(value, dict):
-        return {k: relative_paths(v, repo) for k, v in value.items()}
+        return {relative_paths(k, repo): relative_paths(v, repo) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [relative_paths(v, repo) for v in value]
     if isinstance(value, Path):
