@@ -66,10 +66,10 @@ def test_a_negative_subset_is_refused(tmp_path):
         train(_config(tmp_path, eval_during_episodes=-1))
 
 
-def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
+def test_subset_evaluations_never_run_past_the_deadline(tmp_path, capsys):
     """Evaluations due after every iteration (``eval_every_minutes`` tiny) with a
     deadline (the trainer keeps 5 s spare): training stops in time for the last subset
-    and the final evaluation."""
+    and the final evaluation, and the bar says so (not that the deadline was reached)."""
     budget_s = 12.0
     start = time.time()
     summary = train(
@@ -80,10 +80,13 @@ def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
             eval_during_episodes=2,
             total_timesteps=10**7,
             eval_video_s=0.5,
+            progress=True,
         )
     )
     assert time.time() <= start + budget_s
     assert summary["stopped_early"]
+    err = capsys.readouterr().err
+    assert "final evaluation (time kept for it)" in err and "deadline reached" not in err
     during = summary["evaluations"][1:-1]
     assert during, "no evaluation during training"
     assert all(int(e["episodes"]) == 2 and e["subset"] for e in during)
