@@ -409,9 +409,9 @@ def _evaluate(
         entry["successes"] = [bool(v) for v in result.successes]
     run.evaluations.append(entry)
     logger.info(
-        "evaluation at iteration %d (%d env steps): success %s, return %.3f, %d episodes, %.0f s",
+        "evaluation at iteration %d (%s env steps): success %s, return %.3f, %d episodes, %.0f s",
         run.iteration,
-        run.global_step,
+        f"{run.global_step:,}",
         "n/a" if "success_rate" not in entry else f"{entry['success_rate']:.2f}",
         entry["return_mean"],
         entry["episodes"],
