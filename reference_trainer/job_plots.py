@@ -45,7 +45,7 @@ def plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: P
         "each task: per_task.png",
         fontsize=9,
     )
-    ax_e.legend(loc="lower right", fontsize=8)
+    ax_e.legend(loc="best", fontsize=8)  # off the points, wherever they are
     if control:
         ax_e.set_xlabel("minutes of further BC")
         _plot_bc_curve(ax_t, curves.get("bc_long_curve") or [])

@@ -195,6 +195,7 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     during training all on the held-out axes, the subsets with their own marker and
     their episode count in the legend."""
     from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from reference_trainer import job_plots as module
 
@@ -245,7 +246,7 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     assert held_out.get_lines() and all(
         line.get_linestyle() == "None" for line in held_out.get_lines()
     )
-    renderer = held_out.figure.canvas.get_renderer()
+    renderer = FigureCanvasAgg(held_out.figure).get_renderer()  # the closed figure's layout
     points = held_out.transData.transform(
         [(e["global_step"], e["success_rate"]) for e in summary["evaluations"]]
     )
