@@ -6,7 +6,7 @@ and the other way round. The env's step and the policy each take about a millise
 has something to hide. The env records a profile (``profile=True``); at the end the script
 prints how much of the policy's time the other stage's envs spent stepping, the policy's
 idle share (the bubble: the caller's waits for the envs and its own work), what one stage,
-with no overlap, would take and the profiler's bottleneck, a line a clause.
+with no overlap, would take and the profiler's bottleneck, in short lines.
 Run: ``python examples/quickstart.py``.
 """
 
@@ -132,8 +132,8 @@ def main(num_envs: int = 8, num_stages: int = 2, rounds: int = 300) -> list[floa
         print(f"one stage, with no overlap, would run at {one_stage:.2f}x this speed (predicted)")
     kind, reason = profile["bottleneck_reason"].split(": ", 1)
     print(f"bottleneck: {kind}")
-    for clause in re.split(r"(?<=[.;]) ", reason):  # the profiler's sentence, a line a clause
-        print(textwrap.fill(clause, width=88, initial_indent="  ", subsequent_indent="    "))
+    for sentence in re.split(r"(?<=\.) ", reason):  # the profiler's sentences, wrapped
+        print(textwrap.fill(sentence, width=88, initial_indent="  ", subsequent_indent="  "))
     return returns
 
 
