@@ -5,12 +5,15 @@ and the other way round. The env's step and the policy each take about a millise
 (a sleep stands in for a slow simulator and for a network's forward pass), so the overlap
 has something to hide. The env records a profile (``profile=True``); at the end the script
 prints how much of the policy's time the other stage's envs spent stepping, the policy's
-idle share (the bubble) and what one stage, with no overlap, would take.
+idle share (the bubble: the caller's waits for the envs and its own work), what one stage,
+with no overlap, would take and the profiler's bottleneck, in short lines.
 Run: ``python examples/quickstart.py``.
 """
 
 from __future__ import annotations
 
+import re
+import textwrap
 import time
 
 import gymnasium as gym
@@ -109,18 +112,28 @@ def main(num_envs: int = 8, num_stages: int = 2, rounds: int = 300) -> list[floa
         overlap = overlap_fraction(pipeline)
     finally:
         envs.close()
-    steps = num_envs * (rounds + 1)
-    print(f"{num_envs} envs in {num_stages} stages, {steps} env steps in {profile['wall_s']:.2f} s")
+    steps, wall = num_envs * (rounds + 1), profile["wall_s"]
+    print(f"{num_envs} envs in {num_stages} stages, {steps:,} env steps in {wall:.2f} s")
     print(f"{len(returns)} episodes finished, mean return {np.mean(returns):.1f}")
     print(
         f"while the policy inferred for one stage, another stage's envs were stepping "
         f"{overlap:.0%} of that time"
     )
-    print(f"the policy sat idle {profile['policy_idle_fraction']:.0%} of the time (the bubble)")
+    # the bubble splits into the caller's waits for a stage (step_wait) and its own work
+    idle = round(100 * profile["policy_idle_fraction"])
+    waited = round(100 * (1.0 - profile["caller_busy_fraction"]))
+    print(
+        f"the policy sat idle {idle}% of the time (the bubble): {waited}% waiting in "
+        f"step_wait for a stage's envs,\n  {idle - waited}% in the loop's own work "
+        "(sending actions, bookkeeping)"
+    )
     one_stage = profile["predicted_speedup"]["stages"].get("1")
     if one_stage:
         print(f"one stage, with no overlap, would run at {one_stage:.2f}x this speed (predicted)")
-    print(f"bottleneck: {profile['bottleneck_reason']}")
+    kind, reason = profile["bottleneck_reason"].split(": ", 1)
+    print(f"bottleneck: {kind}")
+    for sentence in re.split(r"(?<=\.) ", reason):  # the profiler's sentences, wrapped
+        print(textwrap.fill(sentence, width=88, initial_indent="  ", subsequent_indent="  "))
     return returns
 
 

@@ -45,7 +45,7 @@ def plot_learning_curve(summary: dict[str, Any], curves: dict[str, Any], path: P
         "each task: per_task.png",
         fontsize=9,
     )
-    ax_e.legend(loc="lower right", fontsize=8)
+    ax_e.legend(loc="best", fontsize=8)  # off the points, wherever they are
     if control:
         ax_e.set_xlabel("minutes of further BC")
         _plot_bc_curve(ax_t, curves.get("bc_long_curve") or [])
@@ -81,14 +81,13 @@ def _plot_bc_curve(ax: Any, curve: list[list[float]]) -> None:
 
 def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]], x: str = "global_step") -> None:
     """The suite's held-out success at every evaluation (against its value ``x``): the full
-    evaluations (before, after) as large blue circles joined by a line, each labelled
-    with its value and which it is; the smaller ones during training as small orange
-    diamonds off the line (a subset of 10 episodes moves 0.1 per episode, so its points
-    stand on their own). The legend gives their episode counts; each task's rates are
-    left to per_task.png."""
+    evaluations (before, after) as large blue circles, each labelled with its value and
+    which it is beside it; the smaller ones during training as small orange diamonds with
+    their value below (above, near 0). No line joins the points: the evaluations are
+    measured at these points only, and a subset of 10 episodes moves 0.1 per episode. The
+    legend gives their episode counts; each task's rates are left to per_task.png."""
     full = [e for e in evaluations if not e.get("subset")]
     subset = [e for e in evaluations if e.get("subset")]
-    ax.plot([e[x] for e in full], [e["success_rate"] for e in full], "-", color="C0", lw=2.5)
     for group, marker, color, size, when in (
         (full, "o", "C0", 10, "before and after training"),
         (subset, "D", "C1", 6, "during training"),
@@ -107,31 +106,33 @@ def _plot_evaluations(ax: Any, evaluations: list[dict[str, Any]], x: str = "glob
             label=f"{when}: {'/'.join(map(str, episodes))} held-out episodes"
             + (f" ({states} init state{'s' * (states != 1)} per task)" if states else ""),
         )
-    for i, e in enumerate(full):  # "before" right of its point, "after" left of its own
-        which, dx, ha = (
-            ("before", 4, "left")
-            if i == 0
-            else ("after", -4, "right")
-            if i == len(full) - 1
-            else ("", 0, "center")
-        )
+    # room on the right for the label beside the last point
+    xs = [e[x] for e in evaluations]
+    span = (max(xs) - min(xs)) or 1.0
+    ax.set_xlim(min(xs) - 0.04 * span, max(xs) + 0.16 * span)
+    for i, e in enumerate(full):  # beside its point, right of it; one in between above it
+        which = "before" if i == 0 else "after" if i == len(full) - 1 else ""
+        beside = bool(which)
         ax.annotate(
             f"{which} {e['success_rate']:.2f}".strip(),
             (e[x], e["success_rate"]),
-            xytext=(dx, 10),
+            xytext=(9, 0) if beside else (0, 10),
             textcoords="offset points",
-            ha=ha,
+            ha="left" if beside else "center",
+            va="center" if beside else "bottom",
             fontsize=10,
             fontweight="bold",
             color="C0",
         )
-    for e in subset:  # below the marker, smaller, in the subset's colour
+    for e in subset:  # below the marker (above it near 0), smaller, in the subset's colour
+        low = e["success_rate"] < 0.15
         ax.annotate(
             f"{e['success_rate']:.2f}",
             (e[x], e["success_rate"]),
-            xytext=(0, -14),
+            xytext=(0, 8 if low else -8),
             textcoords="offset points",
             ha="center",
+            va="bottom" if low else "top",
             fontsize=8,
             color="C1",
         )

@@ -161,10 +161,10 @@ def report(summary: dict[str, Any]) -> str:
         + f", load average {summary['loadavg_end'][1]:.1f} at the end"
     )
     videos = [e["video"] for e in summary.get("evaluations", []) if e.get("video")]
-    if videos:
-        lines.append(f"videos:        {', '.join(videos)}")
     pictures = [p for p in (summary.get("learning_curve"), summary.get("per_task_plot")) if p]
-    lines.append(f"pictures:      {', '.join(pictures)}")
+    for what, files in (("video", videos), ("picture", pictures)):
+        if files:  # "video:" for one file, "videos:" for more
+            lines.append(f"{what + 's' * (len(files) > 1) + ':':15}{', '.join(files)}")
     lines.append(json.dumps({"summary": os.path.join(summary["run_dir"], "summary.json")}))
     return "\n".join(lines)
 

@@ -10,15 +10,21 @@ open one bar for a whole job (``started``: the job's start) and hand it to `trai
 While the bar is open, log lines to the console go through tqdm
 (`tqdm.contrib.logging.logging_redirect_tqdm`): the bar is cleared, the line printed on
 its own, the bar drawn again below it, instead of the line running on from the bar's.
+A daemon thread redraws it every `TICK_S` seconds, so that a time bar moves while a step
+reports nothing (the demos, BC, an episode); `close` stops and joins it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 
-__all__ = ["TrainingBar"]
+__all__ = ["TICK_S", "TrainingBar"]
+
+TICK_S = 1.0
+"""Seconds between the bar's own redraws (a time bar moves to the seconds elapsed)."""
 
 
 class TrainingBar:
@@ -29,9 +35,10 @@ class TrainingBar:
         initial_steps: env steps already done (a resumed run).
         budget_s: seconds the run has (None: a bar of env steps).
         desc: the bar's label.
-        enabled: False: no output (``--no-progress``).
+        enabled: False: no output (``--no-progress``) and no redraw thread.
         started: when the budget began (seconds since the epoch; None: now): a time bar
             counts from there.
+        tick_s: seconds between the bar's own redraws (`TICK_S`).
     """
 
     def __init__(
@@ -42,6 +49,7 @@ class TrainingBar:
         desc: str,
         enabled: bool,
         started: float | None = None,
+        tick_s: float = TICK_S,
     ) -> None:
         from tqdm.auto import tqdm
         from tqdm.contrib.logging import logging_redirect_tqdm
@@ -76,6 +84,21 @@ class TrainingBar:
                 disable=not enabled,
                 dynamic_ncols=True,
             )
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if enabled:
+            self._ticker = threading.Thread(
+                target=self._tick_until_closed, args=(tick_s,), name="progress-bar", daemon=True
+            )
+            self._ticker.start()
+
+    def _tick_until_closed(self, tick_s: float) -> None:
+        """The redraw thread: `tick` every ``tick_s`` seconds until `close`."""
+        while not self._stop.wait(tick_s):
+            if self.by_time:
+                self.tick()
+            else:
+                self._bar.refresh()  # the elapsed time and rate
 
     def start_training(self, desc: str, total_steps: int, initial_steps: int) -> None:
         """Training begins on a bar opened before it: label it ``desc``; a bar of env steps
@@ -141,7 +164,12 @@ class TrainingBar:
         ends before its budget) with the env steps done beside them, a step bar at the
         steps done. tqdm draws a bar a last
         time as it closes it, so the label and the count are set without a draw of their
-        own: written to a file, where every draw stays, the closing line appears once."""
+        own: written to a file, where every draw stays, the closing line appears once.
+        The redraw thread is stopped and joined first (a redraw takes milliseconds; the
+        join waits 5 s at most)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5.0)
         if label is not None and not self._bar.disable:
             self._bar.set_description(label, refresh=False)
             if self.by_time:

@@ -198,7 +198,10 @@ def _stop_for_the_final_evaluation(run: TrainingRun, plan: EvaluationPlan) -> No
     assert run.progress is not None and run.config.deadline is not None
     if run.history:
         logger.info("stopping training to finish the final evaluation by the deadline")
-        run.progress.end("deadline reached")
+        # one more iteration would not leave the final evaluation its time: the deadline
+        # itself is reached only when an evaluation during training ran past it
+        reached = time.time() >= run.config.deadline
+        run.progress.end("deadline reached" if reached else "time kept for it")
         return
     had_s = run.config.deadline - time.time()
     run.too_short_for_training = {"needed_s": plan.needed_s, "had_s": had_s}
@@ -406,9 +409,9 @@ def _evaluate(
         entry["successes"] = [bool(v) for v in result.successes]
     run.evaluations.append(entry)
     logger.info(
-        "evaluation at iteration %d (%d env steps): success %s, return %.3f, %d episodes, %.0f s",
+        "evaluation at iteration %d (%s env steps): success %s, return %.3f, %d episodes, %.0f s",
         run.iteration,
-        run.global_step,
+        f"{run.global_step:,}",
         "n/a" if "success_rate" not in entry else f"{entry['success_rate']:.2f}",
         entry["return_mean"],
         entry["episodes"],

@@ -401,7 +401,9 @@ def _resume(run: TrainingRun, path: Path) -> None:
                 "--kl-coef 0 or start a new run with --init-checkpoint"
             )
         run.reference.load_state_dict(state["kl_reference"])
-    logger.info("resumed from %s at iteration %d, step %d", path, run.iteration, run.global_step)
+    logger.info(
+        "resumed from %s at iteration %d, step %s", path, run.iteration, f"{run.global_step:,}"
+    )
 
 
 def _progress_bar(run: TrainingRun) -> TrainingBar:

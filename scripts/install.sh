@@ -2,7 +2,9 @@
 # Install pipelined-vec-env on a fresh Linux machine.
 #   bash scripts/install.sh            # core + LIBERO + trainer (the main job)
 #   bash scripts/install.sh dev        # everything the tests and docs need
-# torch is installed first, pinned, so that no extra pulls a multi-GB CUDA build.
+# torch is installed first, pinned to 2.13.0. A torch 2.13.0 already installed (the CPU
+# build the README has a machine without a GPU install first) satisfies the pin and stays;
+# otherwise pip installs its default build, which on PyPI is the multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-train,libero}"

@@ -121,6 +121,34 @@ def test_the_report_says_no_rl_when_the_value_warm_up_took_every_iteration():
     assert "after RL" in trained and "no RL:" not in trained
 
 
+def test_the_report_writes_counts_with_separators_and_one_file_in_the_singular():
+    summary = {
+        "run_dir": "runs/x",
+        "mode": "finetune",
+        "eval_success_rate_initial": 0.5,
+        "eval_success_rate_final": 0.75,
+        "eval_episodes": 50,
+        "tasks": [0],
+        "language_instructions": ["open the drawer"],
+        "budget_minutes": 15.0,
+        "total_wall_s": 818.0,
+        "loadavg_end": [1.0, 1.0, 1.0],
+        "iterations": 227,
+        "actor_update_iterations": 217,
+        "global_step": 145280,
+        "throughput": {"env_steps_per_s_rollout": 276.0},
+        "evaluations": [{"video": None}, {"video": "runs/x/videos/after.mp4"}],
+        "learning_curve": "runs/x/learning_curve.png",
+        "per_task_plot": "runs/x/per_task.png",
+    }
+    lines = report(summary).splitlines()
+    assert "training:      145,280 env steps, 276 env steps/s in rollouts" in "\n".join(lines)
+    assert "video:         runs/x/videos/after.mp4" in lines
+    assert "pictures:      runs/x/learning_curve.png, runs/x/per_task.png" in lines
+    two = {**summary, "evaluations": [{"video": "a.mp4"}, {"video": "b.mp4"}]}
+    assert "videos:        a.mp4, b.mp4" in report(two).splitlines()
+
+
 def test_a_budget_for_few_iterations_shortens_the_value_warm_up():
     """After the first iteration, a budget that holds fewer than four times the warm-up's
     iterations gives it a quarter of them (at least one); a longer budget, none, or a

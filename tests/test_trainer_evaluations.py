@@ -66,10 +66,10 @@ def test_a_negative_subset_is_refused(tmp_path):
         train(_config(tmp_path, eval_during_episodes=-1))
 
 
-def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
+def test_subset_evaluations_never_run_past_the_deadline(tmp_path, capsys):
     """Evaluations due after every iteration (``eval_every_minutes`` tiny) with a
     deadline (the trainer keeps 5 s spare): training stops in time for the last subset
-    and the final evaluation."""
+    and the final evaluation, and the bar says so (not that the deadline was reached)."""
     budget_s = 12.0
     start = time.time()
     summary = train(
@@ -80,10 +80,13 @@ def test_subset_evaluations_never_run_past_the_deadline(tmp_path):
             eval_during_episodes=2,
             total_timesteps=10**7,
             eval_video_s=0.5,
+            progress=True,
         )
     )
     assert time.time() <= start + budget_s
     assert summary["stopped_early"]
+    err = capsys.readouterr().err
+    assert "final evaluation (time kept for it)" in err and "deadline reached" not in err
     during = summary["evaluations"][1:-1]
     assert during, "no evaluation during training"
     assert all(int(e["episodes"]) == 2 and e["subset"] for e in during)
@@ -192,6 +195,7 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     during training all on the held-out axes, the subsets with their own marker and
     their episode count in the legend."""
     from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from reference_trainer import job_plots as module
 
@@ -237,8 +241,20 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     assert list(full[0]) == [0, 300] and list(subset[0]) == [100, 200]
     assert full[2] != subset[2]  # their own marker
     assert "(1 init state per task)" in next(k for k in labelled if k and "during" in k)
-    lines = [args for ax, args, kw in drawn if ax is held_out and "-" in args[2:3]]
-    assert [list(args[0]) for args in lines] == [[0, 300]]  # the subsets are off the line
+    # no line joins the points (a straight line between two measurements reads as a
+    # measured curve), and no label covers a point
+    assert held_out.get_lines() and all(
+        line.get_linestyle() == "None" for line in held_out.get_lines()
+    )
+    renderer = FigureCanvasAgg(held_out.figure).get_renderer()  # the closed figure's layout
+    points = held_out.transData.transform(
+        [(e["global_step"], e["success_rate"]) for e in summary["evaluations"]]
+    )
+    texts = {text.get_text(): text.get_window_extent(renderer) for text in held_out.texts}
+    assert {"before 0.50", "after 0.75", "0.50", "1.00"} <= set(texts), texts
+    for text, box in texts.items():
+        covered = [tuple(p) for p in points if box.padded(7).contains(*p)]
+        assert not covered, (text, covered)
 
     # --bc-control: no env steps between its evaluations; they stand at the minutes of
     # further BC, and that BC's per-epoch errors are drawn below
@@ -249,7 +265,7 @@ def test_the_learning_curve_shows_every_held_out_point_and_marks_the_subsets(tmp
     curves = {"bc_long_curve": [[1, 0.5, 0.6], [2, 0.3, 0.4], [3, 0.2, 0.35]]}
     module.plot_learning_curve(control, curves, tmp_path / "control.png")
     held_out = drawn[0][0]
-    suite = next(args for ax, args, kw in drawn if ax is held_out and "-" in args[2:3])
+    suite = next(args for ax, args, kw in drawn if ax is held_out and args[2:3] == ["o"])
     assert list(suite[0]) == [0.0, 12.5] and list(suite[1]) == [0.5, 0.75]
     errors = {kw.get("label"): args for ax, args, kw in drawn if ax is not held_out}
     assert list(errors["held-out demos"][0]) == [1, 2, 3]

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -145,6 +146,25 @@ def test_log_lines_print_on_their_own_line_while_the_bar_is_open(capsys):
     # not left at 0 of the 60 the run had
     closing = [line for line in lines if line.startswith("done")]
     assert closing and "100%" in closing[-1] and "| 1/1 s" in closing[-1], lines[-3:]
+
+
+def test_a_time_bar_moves_on_its_own_and_its_thread_ends_at_close(capsys):
+    """While a step reports nothing (demos, BC), the bar's own thread moves a time bar to
+    the seconds elapsed; closing the bar stops and joins that thread."""
+    before = set(threading.enumerate())
+    bar = TrainingBar(None, 0, 60.0, "demos and BC", enabled=True, tick_s=0.05)
+    try:
+        ticker = [t for t in set(threading.enumerate()) - before if t.name == "progress-bar"]
+        assert len(ticker) == 1 and ticker[0].daemon
+        time.sleep(1.3)  # no call on the bar
+        err = capsys.readouterr().err
+        assert re.search(r"demos and BC: .*\| [1-9]\d*/60 s", err), err[-500:]
+    finally:
+        bar.close("done")
+    assert not ticker[0].is_alive()
+    quiet = TrainingBar(None, 0, 60.0, "quiet", enabled=False)  # --no-progress: no thread
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "progress-bar"]
+    quiet.close()
 
 
 def test_the_run_directory_keeps_the_log(tmp_path, caplog):
@@ -484,12 +504,17 @@ def test_train_libero_two_tasks_one_policy_tiny(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "two"
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert list(summary)[:5] == [
+    assert list(summary)[:10] == [  # the order the README gives
         "eval_success_rate_initial",
         "eval_success_rate_final",
         "eval_episodes",
         "eval_success_rate_per_task_initial",
         "eval_success_rate_per_task_final",
+        "train_success_rate_per_task_first_half",
+        "train_success_rate_per_task_second_half",
+        "suite",
+        "tasks",
+        "language_instructions",
     ]
     assert summary["tasks"] == [0, 1] and summary["eval_episodes"] == 4
     assert launched - 1.0 <= summary["started_at"] <= launched + 1.0  # not after the imports

@@ -224,8 +224,9 @@ def _classify(
     if abs(busy - occupied) < _BALANCED:
         gain = result["predicted_speedup"]["decoupled"] or 1.0
         facts += (
-            "; the caller and the envs take about as long, so overlapping them (more "
-            f"stages, or decoupled mode) can gain up to {gain:.2f}x"
+            "; the caller and the envs take about as long, so more overlap could run up to "
+            f"{gain:.2f}x this layout's speed (predicted for decoupled mode; more stages "
+            "gain less)"
         )
     if busy >= occupied:
         return "policy", (
