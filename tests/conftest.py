@@ -18,7 +18,7 @@ import pytest
 from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
-from pipelined_vec_env.debug_envs import ReachEnv
+from pipelined_vec_env.debug_envs import CameraEnv, ReachEnv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -225,3 +225,18 @@ class ReachFactory:
 
     def eval_reset_options(self, episode: int) -> dict[str, Any] | None:
         return {"init_state_id": episode % 10}
+
+
+def camera_frames_alone(
+    n: int, steps: int, seed: int = 0, side: int = 16, state_size: int = 5
+) -> list[dict[str, np.ndarray]]:
+    """`CameraEnv` ``k`` (of ``n``) alone in this process, reset with ``seed + k`` and
+    stepped ``steps`` times with zero actions: its last observation, copied."""
+    out = []
+    for k in range(n):
+        env = CameraEnv(side=side, state_size=state_size)
+        obs, _ = env.reset(seed=seed + k)
+        for _ in range(steps):
+            obs = env.step(np.zeros(7, np.float32))[0]
+        out.append({key: np.array(value) for key, value in obs.items()})
+    return out

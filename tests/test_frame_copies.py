@@ -16,18 +16,14 @@ from gymnasium.vector.utils import write_to_shared_memory as gymnasium_write
 from pipelined_vec_env.debug_envs import CameraEnv
 from pipelined_vec_env.shared_memory import RowWriter, SharedMemoryAllocator, release
 
+from .conftest import camera_frames_alone
+
 KEYS = ("camera0_image", "camera1_image", "state")
 SIDE = 128  # 98 KB of frames an env: 3 envs' batch is over ROW_COPY_MIN_BYTES
 
 
 def stepped_alone(n: int, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
-    items = []
-    for k in range(n):
-        env = CameraEnv(side=SIDE, state_size=4)
-        obs, _ = env.reset(seed=seed + k)
-        for _ in range(steps):
-            obs = env.step(np.zeros(7, np.float32))[0]
-        items.append(obs)
+    items = camera_frames_alone(n, steps, seed, side=SIDE, state_size=4)
     return {key: np.stack([item[key] for item in items]) for key in KEYS}
 
 

@@ -20,6 +20,8 @@ torch = pytest.importorskip("torch")
 from pipelined_vec_env.debug_envs import CameraEnv  # noqa: E402
 from pipelined_vec_env.torch_observations import TorchObservations, as_tensors  # noqa: E402
 
+from .conftest import camera_frames_alone  # noqa: E402
+
 KEYS = ("camera0_image", "camera1_image", "state")
 
 
@@ -27,16 +29,9 @@ def camera_fns(n: int, side: int = 16) -> list:
     return [lambda: CameraEnv(side=side, state_size=5) for _ in range(n)]
 
 
-def alone(n: int, steps: int, seed: int = 0, side: int = 16) -> list[dict[str, np.ndarray]]:
+def alone(n: int, steps: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """Env ``k`` alone, reset with ``seed + k`` and stepped ``steps`` times: its last obs."""
-    out = []
-    for k in range(n):
-        env = CameraEnv(side=side, state_size=5)
-        obs, _ = env.reset(seed=seed + k)
-        for _ in range(steps):
-            obs = env.step(np.zeros(7, np.float32))[0]
-        out.append({key: np.array(value) for key, value in obs.items()})
-    return out
+    return camera_frames_alone(n, steps, seed, side=16, state_size=5)
 
 
 def assert_batch(tensors: dict, expected: dict[str, np.ndarray]) -> None:
