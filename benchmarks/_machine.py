@@ -52,16 +52,16 @@ def relative_paths(value: object, repo: Path = REPO) -> object:
     if not isinstance(value, str):
         return value
     root = str(repo.resolve())
+    # the repository's own paths first, wherever it is checked out (``/check/...`` too)
+    inside = re.compile(rf"(?<![\w.~<>/-]){re.escape(root)}(?![\w.+=@-])(?:/[\w.+=@-]+)*")
 
-    def one(match: re.Match[str]) -> str:
-        path = match[0]
-        if path == root:
-            return "."
-        if path.startswith(root + "/"):
-            return path[len(root) + 1 :]
-        return "<outside>/" + "/".join(path.rstrip("/").split("/")[-2:])
+    def within(match: re.Match[str]) -> str:
+        return match[0][len(root) + 1 :] or "."
 
-    return _ABSOLUTE.sub(one, value)
+    def outside(match: re.Match[str]) -> str:
+        return "<outside>/" + "/".join(match[0].rstrip("/").split("/")[-2:])
+
+    return _ABSOLUTE.sub(outside, inside.sub(within, value))
 
 
 def machine_identity() -> dict:

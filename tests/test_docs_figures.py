@@ -153,6 +153,16 @@ def test_results_are_written_with_relative_paths_and_the_machine(tmp_path: Path)
         {"output": repo / "benchmarks" / "results" / "x.json", "runs": [f"python {repo}/b.py"]}
     )
     assert written == {"output": "benchmarks/results/x.json", "runs": ["python b.py"]}
+    # a checkout under any folder (a CI machine's /check/...), and a sibling that only
+    # starts with the same name
+    elsewhere = Path("/check/work/main")
+    assert machine.relative_paths(
+        {
+            "output": "/check/work/main/r/x.json",
+            "cd": "cd /check/work/main && ls /check/work/main2",
+        },
+        elsewhere,
+    ) == {"output": "r/x.json", "cd": "cd . && ls /check/work/main2"}
     assert (
         machine.relative_paths("/tmp/base/pipelined_vec_env") == "<outside>/base/pipelined_vec_env"
     )
