@@ -2,8 +2,10 @@
 
 For each workload, every layout is built once, then timed in interleaved rounds (each
 round visits every layout in turn), so drift on a shared machine spreads over all of them;
-the ratio of the default to the best explicit layout is the median of the per-round
-paired ratios. After the rounds, each default layout's `step_profiles` (serial or
+the ratio of the default to the best layout is the median of the per-round paired
+ratios. An explicit layout equal to the default's is not built twice: the default is that
+layout's row (timing one layout twice measures only the noise), and it is the best when
+no other layout is faster (ratio 1). After the rounds, each default layout's `step_profiles` (serial or
 concurrent stepping, and why) is recorded. Workloads:
 
 - **halfcheetah-8 / halfcheetah-32**: ``HalfCheetah-v5``, whole-env ``step`` with random
@@ -17,9 +19,19 @@ concurrent stepping, and why) is recorded. Workloads:
   `BusyEnv` (4 ms of CPU per step), a policy sleeping 2 ms per observation, the staged
   round robin of `measure_layout`; explicit one env per worker and one worker per stage.
   Target >= 0.95 of the best.
-- **libero state-only** (``--libero``): 4 ``libero_spatial`` task-0 envs, state-only,
-  whole-env ``step`` with random actions (`libero_step._make_registered`); against one env
-  per worker, target >= 1.0 (no slower; the median paired ratio).
+- **halfcheetah-8 2 stages**: 8 ``HalfCheetah-v5`` in 2 stages, the staged round robin
+  with a policy sleeping 0.5 ms per observation: what a light env pays for the default's
+  one worker per core in each stage. Explicit 1/2/4 per worker; target >= 0.95 of the best.
+- **libero state-only / libero cameras** (``--libero``): 4 ``libero_spatial`` task-0 envs,
+  state-only, or with the agentview and wrist cameras at 224x224; whole-env ``step`` with
+  random actions (`libero_step._make_registered`); against one env per worker, target
+  >= 1.0 (no slower; the median paired ratio).
+- **libero memory** (``--libero-memory``): what a worker and each LIBERO env cost in
+  proportional set size (PSS: shared pages split among the processes sharing them),
+  state-only and with both cameras at 224x224, and the totals predicted for 32 envs in
+  the default layout and one env per worker, against the machine's memory; 32 state-only
+  envs are also built in the default layout to check the prediction
+  (`measure_libero_memory`).
 
 Run::
 
@@ -82,6 +94,9 @@ class Args:
     """Also measure LIBERO state-only (slow to build: about a minute)."""
     libero_steps: int = 40
     """Vector steps per LIBERO timing."""
+    libero_memory: bool = False
+    """Also measure what LIBERO envs cost in memory (`measure_libero_memory`, a few
+    minutes)."""
     only: tuple[str, ...] = ()
     """Workloads to run (names as in the table; empty: all)."""
     quick: bool = False
@@ -179,11 +194,101 @@ def _staged_measure(env: Any, env_steps: int) -> float:
     return measure_layout(env, policy, env_steps=env_steps)["steps_per_s"]
 
 
+def _light_staged_measure(env: Any, env_steps: int) -> float:
+    policy = throughput.SleepPolicy(0.0, 0.5e-3, env.single_action_space.shape)
+    return measure_layout(env, policy, env_steps=env_steps)["steps_per_s"]
+
+
+def _libero_fn(cameras: tuple[str, ...]) -> Callable[[], Any]:
+    """A ``libero_spatial`` task-0 env (`libero_step._make_registered`), state-only or
+    with ``cameras`` at 224x224."""
+    import libero_step
+
+    from pipelined_vec_env.libero import LIBERO_ENV_IDS
+
+    kwargs: dict[str, Any] = {"task_id": 0, "cameras": cameras, "state_features": "full"}
+    if cameras:
+        kwargs["image_size"] = 224
+    return functools.partial(libero_step._make_registered, LIBERO_ENV_IDS["libero_spatial"], kwargs)
+
+
+def _libero_state_fn() -> Callable[[], Any]:
+    return _libero_fn(())
+
+
+def _libero_cameras_fn() -> Callable[[], Any]:
+    return _libero_fn(("agentview", "wrist"))
+
+
+def _workers_memory(fn: Callable[[], Any], num_envs: int, envs_per_worker: int) -> list[float]:
+    """Each worker's PSS in MiB (psutil) with ``num_envs`` envs of ``fn``, after a reset
+    and 5 random steps."""
+    import psutil
+
+    envs = PipelinedVectorEnv([fn] * num_envs, envs_per_worker=envs_per_worker)
+    try:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        for _ in range(5):
+            envs.step(envs.action_space.sample())
+        found = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                info = proc.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            if info.rss >= 256 * 1024**2:  # a worker (not the forkserver, not a tracker)
+                found.append(info.pss / 1024**2)
+        return found
+    finally:
+        envs.close()
+
+
+def measure_libero_memory(num_envs: int = 32, verify: bool = True) -> dict[str, Any]:
+    """What ``num_envs`` LIBERO envs (``libero_spatial`` task 0) cost in memory, state-only
+    and with both cameras at 224x224: one worker of 1 env and one of 4 give a worker's
+    own cost and each env's (PSS, MiB), from which the default layout's and one env per
+    worker's totals for ``num_envs`` are predicted, against the machine's memory. With
+    ``verify``, ``num_envs`` state-only envs are built in the default layout and their
+    workers' PSS measured beside the prediction (with cameras they need more memory than
+    this host has)."""
+    import psutil
+
+    machine = psutil.virtual_memory().total / 1024**2
+    default = default_envs_per_worker(num_envs, 1)
+    workers = -(-num_envs // default)
+    kinds = {}
+    for name, fn in (("state-only", _libero_state_fn()), ("cameras", _libero_cameras_fn())):
+        one = sum(_workers_memory(fn, 1, 1))
+        four = sum(_workers_memory(fn, 4, 4))
+        per_env = (four - one) / 3
+        per_worker = one - per_env
+        kinds[name] = {
+            "worker_of_1_mib": one,
+            "worker_of_4_mib": four,
+            "per_env_mib": per_env,
+            "per_worker_mib": per_worker,
+            "default_predicted_mib": workers * per_worker + num_envs * per_env,
+            "one_per_worker_predicted_mib": num_envs * (per_worker + per_env),
+        }
+    if verify:
+        kinds["state-only"]["default_measured_mib"] = sum(
+            _workers_memory(_libero_state_fn(), num_envs, default)
+        )
+    return {
+        "num_envs": num_envs,
+        "envs_per_worker": default,
+        "workers": workers,
+        "machine_mib": machine,
+        "kinds": kinds,
+    }
+
+
 def _layouts(num_envs: int, num_stages: int, explicit: list[int]) -> list[tuple[str, dict]]:
     default = default_envs_per_worker(num_envs, num_stages)
     rows: list[tuple[str, dict]] = [(f"default ({default}/worker)", {"num_stages": num_stages})]
     stage = -(-num_envs // num_stages)
-    for e in sorted({min(e, stage) for e in explicit}):
+    for e in sorted({min(e, stage) for e in explicit} - {default}):  # the default is its own
         rows.append((f"{e}/worker", {"num_stages": num_stages, "envs_per_worker": e}))
     return rows
 
@@ -241,6 +346,16 @@ def workloads(args: Args) -> list[Workload]:
             "1/worker",
         ),
     ]
+    found.append(
+        Workload(
+            "halfcheetah-8 2 stages",
+            [cheetah] * 8,
+            _layouts(8, 2, [1, 2, 4]),
+            _light_staged_measure,
+            steps(args.halfcheetah_steps * 8),
+            0.95,
+        )
+    )
     for stages in (2, 4):
         found.append(
             Workload(
@@ -253,21 +368,24 @@ def workloads(args: Args) -> list[Workload]:
             )
         )
     if args.libero:
-        import libero_step
-
-        from pipelined_vec_env.libero import LIBERO_ENV_IDS
-
-        kwargs = {"task_id": 0, "cameras": (), "state_features": "full"}
-        fn = functools.partial(
-            libero_step._make_registered, LIBERO_ENV_IDS["libero_spatial"], kwargs
-        )
         found.append(
             Workload(
                 "libero state-only",
-                [fn] * 4,
+                [_libero_state_fn()] * 4,
                 _layouts(4, 1, [1]),
                 _timed_loop(_random_step_loop),
                 steps(args.libero_steps),
+                1.0,
+                "1/worker",
+            )
+        )
+        found.append(
+            Workload(
+                "libero cameras",
+                [_libero_cameras_fn()] * 4,
+                _layouts(4, 1, [1]),
+                _timed_loop(_random_step_loop),
+                steps(args.libero_steps // 2),
                 1.0,
                 "1/worker",
             )
@@ -302,10 +420,13 @@ def run_workload(workload: Workload, rounds: int) -> dict[str, Any]:
         for env in envs.values():
             env.close()
     explicit = [name for name, _ in workload.layouts[1:]]
-    if workload.reference == "best":
-        reference = max(explicit, key=lambda name: statistics.median(samples[name]))
-    else:
+    if workload.reference == "best":  # the default among the candidates: its layout's row
+        candidates = [default_name, *explicit]
+        reference = max(candidates, key=lambda name: statistics.median(samples[name]))
+    elif workload.reference in samples:
         reference = workload.reference
+    else:  # the reference layout is the default's
+        reference = default_name
     ratio = statistics.median(
         d / ref for d, ref in zip(samples[default_name], samples[reference], strict=True)
     )
@@ -337,11 +458,13 @@ def run(args: Args) -> dict[str, Any]:
     started, load_start = time.time(), throughput.os.getloadavg()[0]
     rounds = 1 if args.quick else args.rounds
     rows = [run_workload(w, rounds) for w in workloads(args)]
+    memory = measure_libero_memory() if args.libero_memory else None
     return {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
         "rounds": rounds,
         "run": run_record(HERE.parent, started, load_start, ["gymnasium", "mujoco", "numpy"]),
         "rows": rows,
+        "libero_memory": memory,
     }
 
 
@@ -365,6 +488,10 @@ def format_table(result: dict) -> str:
             f"{stepping} | {label}{ref['name']} | {ref['steps_per_s']:.0f} | "
             f"**{row['ratio']:.3f}x** | >= {row['target']:.2f}: {met} |"
         )
+    memory = result.get("libero_memory")
+    if memory:
+        lines.append("")
+        lines.append(memory_table(memory))
     run_ = result["run"]
     machine = run_["machine"]
     lines.append("")
@@ -374,6 +501,27 @@ def format_table(result: dict) -> str:
         f"at the start, {machine['load_average_1m_end']:.1f} at the end; commit "
         f"{run_['commit']}, {run_['date']}."
     )
+    return "\n".join(lines)
+
+
+def memory_table(memory: dict) -> str:
+    """The LIBERO memory measurement as a Markdown table (GiB)."""
+    gib = 1024.0
+    n, machine = memory["num_envs"], memory["machine_mib"] / gib
+    lines = [
+        f"| LIBERO env | a worker's own | per env | {n} envs, default "
+        f"({memory['workers']} workers of {memory['envs_per_worker']}) | {n} envs, 1/worker "
+        f"| machine |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, kind in memory["kinds"].items():
+        measured = kind.get("default_measured_mib")
+        check = "" if measured is None else f" (measured {measured / gib:.1f})"
+        lines.append(
+            f"| {name} | {kind['per_worker_mib'] / gib:.2f} | {kind['per_env_mib'] / gib:.2f} | "
+            f"{kind['default_predicted_mib'] / gib:.1f}{check} | "
+            f"{kind['one_per_worker_predicted_mib'] / gib:.1f} | {machine:.1f} |"
+        )
     return "\n".join(lines)
 
 

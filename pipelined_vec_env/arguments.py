@@ -219,14 +219,18 @@ def usable_cores() -> int:
 
 
 def default_envs_per_worker(num_envs: int, num_stages: int, cores: int | None = None) -> int:
-    """The envs per worker used when `envs_per_worker` is not given: the usable cores
-    shared among the stages, about one worker per core in all.
+    """The envs per worker used when `envs_per_worker` is not given: about one worker
+    per usable core in each stage.
 
-    Each stage gets `min(stage_size, max(1, cores // num_stages))` workers, so all stages
-    together start about one process per usable core (at least one per stage), and each
-    worker steps `ceil(stage_size / workers)` envs per message. Fewer, fuller workers
-    amortise one message over several env steps; the price is that a crash in a worker
-    ends the episodes of all its envs, and that each worker's memory holds all its envs.
+    Each stage gets `min(stage_size, cores)` workers, and each worker steps
+    `ceil(stage_size / workers)` envs per message. Stages exist so that the policy infers
+    on one stage while the others step: a stage that steps while the others wait on the
+    policy can then use every core. Fewer, fuller workers amortise one message over
+    several env steps; the price is that a crash in a worker ends the episodes of all its
+    envs, and that each worker's memory holds all its envs. With several stages there are
+    up to `num_stages * cores` workers: when every stage steps at once (a policy that
+    costs next to nothing) they share the cores, which light envs pay for in messages
+    (``benchmarks/default_layout.py`` measures both kinds of env).
 
     Args:
         num_envs: Envs in all, `>= 1`.
@@ -240,13 +244,13 @@ def default_envs_per_worker(num_envs: int, num_stages: int, cores: int | None = 
         >>> default_envs_per_worker(8, 1, cores=2)
         4
         >>> default_envs_per_worker(32, 2, cores=2)
-        16
+        8
         >>> default_envs_per_worker(4, 1, cores=16)
         1
     """
     cores = usable_cores() if cores is None else max(1, int(cores))
     stage_size = -(-num_envs // num_stages)
-    workers = min(stage_size, max(1, cores // num_stages))
+    workers = min(stage_size, cores)
     return -(-stage_size // workers)
 
 

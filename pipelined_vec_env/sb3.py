@@ -125,7 +125,7 @@ class SB3VecEnv(VecEnv):
             ``AutoresetMode.SAME_STEP``. The adapter owns it: `close` closes it, and
             its `info_layout` becomes `"per_env"`.
         **pipelined_kwargs: Keyword arguments of ``PipelinedVectorEnv`` (``num_stages``,
-            ``envs_per_worker`` (default: about one worker per usable core in all),
+            ``envs_per_worker`` (default: about one worker per usable core in each stage),
             ``context``, ``cpu_affinity``, ...), only with env
             constructors.
 

@@ -68,10 +68,8 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         num_stages: Number of pipeline stages, in ``[1, num_envs]``.
         envs_per_worker: Envs per worker process (amortises one message over several env
             steps). Workers per stage: ``ceil(stage_size / envs_per_worker)``. Default
-            None: about one worker per usable core in all, the cores shared among the
-            stages (the affinity mask; at least one worker per stage, never more workers
-            than envs), see
-            `default_envs_per_worker`. Fuller workers mean a crash ends the episodes of
+            None: about one worker per usable core in each stage (the affinity mask;
+            never more workers than envs), see `default_envs_per_worker`. Fuller workers mean a crash ends the episodes of
             more envs and each process holds more envs in memory; ``1`` isolates every
             env in its own process. An int means exactly that many.
         context: ``multiprocessing`` start method name or context. Default ``"forkserver"``

@@ -34,8 +34,8 @@ class TrainConfig:
     tune_seconds: float = 30.0
     """With --num-stages auto: most seconds tune may take."""
     envs_per_worker: int | None = None
-    """Envs per subprocess worker; None: about one worker per usable core in all, the
-    cores shared among the stages (pipelined_vec_env.default_envs_per_worker)."""
+    """Envs per subprocess worker; None: about one worker per usable core in each stage
+    (pipelined_vec_env.default_envs_per_worker)."""
     pipelined: bool = True
     """Overlap inference on one stage with env stepping of the others; False: serial loop."""
     stage_order: Literal["round_robin", "first_ready"] = "round_robin"

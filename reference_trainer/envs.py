@@ -86,7 +86,7 @@ def num_env_workers(num_envs: int, num_stages: int, envs_per_worker: int | None)
         num_envs: total envs.
         num_stages: pipeline stages (envs split like ``np.array_split``).
         envs_per_worker: envs per worker within a stage; None: the default of
-            ``PipelinedVectorEnv`` (about one worker per usable core in all).
+            ``PipelinedVectorEnv`` (about one worker per usable core in each stage).
 
     Returns:
         The sum over stages of ``ceil(stage_size / envs_per_worker)``.
