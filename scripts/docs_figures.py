@@ -126,6 +126,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
         "for 1.5 minutes",
     ),
     "docs/trainer_figures.md": ("every 3 minutes", "7.5 minutes of"),
+    "docs/stages.md": ("4 CPU-bound envs of 4 ms", "a policy of 0.5 ms per observation"),
     "docs/tune.md": (
         "(1.5 s at the rate",
         "within 10% of each",
