@@ -145,7 +145,15 @@ def test_observation_mode_different(make_pipelined):
 
 @pytest.mark.parametrize(
     "num_envs,num_stages,cores,expected",
-    [(8, 1, 2, 4), (32, 2, 2, 8), (4, 1, 16, 1), (5, 1, 2, 3), (3, 3, 1, 1), (7, 2, 4, 1), (8, 2, 2, 2)],
+    [
+        (8, 1, 2, 4),
+        (32, 2, 2, 8),
+        (4, 1, 16, 1),
+        (5, 1, 2, 3),
+        (3, 3, 1, 1),
+        (7, 2, 4, 1),
+        (8, 2, 2, 2),
+    ],
 )
 def test_default_envs_per_worker_is_one_worker_per_core_per_stage(
     num_envs, num_stages, cores, expected
