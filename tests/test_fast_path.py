@@ -367,6 +367,12 @@ def test_step_deadline_kills_a_spinning_wait(make_pipelined):
         envs.step(np.array([FaultyEnv.SLEEP]))
 
 
+class SerialFaultyEnv(FaultyEnv):
+    """`FaultyEnv` that says its worker steps it one env after another."""
+
+    metadata = {**FaultyEnv.metadata, "step_concurrency": "serial"}
+
+
 def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(
     make_pipelined, monkeypatch, lane_joins
 ):
@@ -379,7 +385,9 @@ def test_whole_worker_recv_spins_and_learns_of_a_killed_worker(
     from pipelined_vec_env.stepping import decoupled
 
     monkeypatch.setattr(decoupled, "HAND_OVER_SECONDS", 0.0)
-    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=2)
+    # declared serial: envs that sleep would otherwise be measured off the CPU and stepped
+    # concurrently, each answered alone (not through the whole worker's lane)
+    envs = make_pipelined([partial(SerialFaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=2)
     (worker,) = workers(envs)
     spin_as_on_a_quiet_machine(worker)
     envs.async_reset(seed=0)

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv
+from pipelined_vec_env.debug_envs import BusyEnv, CountingEnv, FaultyEnv
 from pipelined_vec_env.workers.step_profile import (
     OFF_CPU_SHARE,
+    WARM_SECONDS,
     WINDOW_STEPS,
     declared_concurrency,
     off_cpu_share,
@@ -69,6 +70,7 @@ def napping_fns(declared: Any = None, nap: float = 0.003) -> list:
 
 def run_steps(envs: Any, steps: int) -> list:
     trace = [envs.reset(seed=7)]
+    time.sleep(WARM_SECONDS)  # the workers count no measurement before (native thread pools)
     for t in range(steps):
         trace.append(envs.step(np.array([(t + i) % 3 for i in range(envs.num_envs)])))
     return trace
@@ -109,6 +111,7 @@ def test_cpu_bound_envs_stay_serial(make_pipelined):
     fns = [partial(BusyThreadEnv, step_seconds=0.001, obs_dim=4) for _ in range(4)]
     envs = make_pipelined(fns, envs_per_worker=4)
     envs.reset(seed=0)
+    time.sleep(WARM_SECONDS)
     actions = np.zeros((4, *envs.single_action_space.shape), dtype=np.float32)
     for _ in range(STEPS):
         envs.step(actions)
@@ -216,13 +219,29 @@ def test_a_failed_concurrent_step_is_answered_once_every_other_env_is_done(
     assert done.exists()  # env 1's step ended before the error came back
 
 
+def test_a_worker_that_sleeps_from_its_first_steps_is_measured_off_the_cpu(make_pipelined):
+    """Envs of the package (imported by the worker at its start: nothing slow to load)
+    that only sleep, stepped from the worker's first moments: the measurement waits for
+    the worker's set-up to settle (a capped OpenBLAS starts a server thread that spins for
+    about 0.1 s, which made such envs look CPU-bound), then finds them off the CPU."""
+    envs = make_pipelined([partial(FaultyEnv, sleep_seconds=0.002)] * 2, envs_per_worker=2)
+    envs.reset(seed=0)
+    deadline = time.monotonic() + WARM_SECONDS + 10.0
+    while envs.step_profiles()[0]["reason"] == "not measured yet":
+        assert time.monotonic() < deadline, "no decision"
+        envs.step(np.full(2, FaultyEnv.SLEEP))
+    profile = envs.step_profiles()[0]
+    assert profile["stepping"] == "concurrent", profile
+    assert profile["off_cpu_share"] > OFF_CPU_SHARE
+
+
 def test_the_decision_is_logged_at_debug_level(caplog):
     from pipelined_vec_env.workers.step_profile import StepProfile
 
     envs = [NappingEnv(i, 100, nap=0.002) for i in range(2)]
     for env in envs:
         env.reset(seed=0)
-    profile = StepProfile(envs, (4, 5))
+    profile = StepProfile(envs, (4, 5), warm_seconds=0.0)
     with caplog.at_level("DEBUG", logger="pipelined_vec_env.workers.step_profile"):
         for _ in range(2 * WINDOW_STEPS // 2):
             profile.run(lambda k: envs[k].step(0), 2)
@@ -278,7 +297,7 @@ def test_env_steps_count_toward_the_next_serial_measurement():
     envs = [NappingEnv(i, 100, nap=0.002) for i in range(2)]
     for env in envs:
         env.reset(seed=0)
-    profile = StepProfile(envs, (0, 1))
+    profile = StepProfile(envs, (0, 1), warm_seconds=0.0)
     for _ in range(2 * WINDOW_STEPS // 2):
         profile.run(lambda k: envs[k].step(0), 2)
     assert profile.concurrent_now()

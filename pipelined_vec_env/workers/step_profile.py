@@ -11,8 +11,12 @@ against the whole **process's** CPU time (``time.process_time``: an env that ren
 helper threads, such as llvmpipe's, keeps the process busy while its stepping thread
 waits) and the stepping thread's time runnable but waiting for a core (Linux's
 ``/proc/thread-self/schedstat``: a busy host does not make CPU-bound steps look idle).
-After a first window of `WINDOW_STEPS` env steps, not counted (a fresh worker's first
-steps run imports and fill caches), and a second one, it decides with `steps_concurrently`, and every
+Windows stepped in the worker's first `WARM_SECONDS` are not counted, nor is the first
+window of `WINDOW_STEPS` env steps after them: a fresh worker's first steps run imports and
+fill caches, and a native thread pool set up at the worker's start spins on a core for a
+while before it sleeps (OpenBLAS's server threads, started when the worker caps them,
+spin for about 0.1 s: counted, they made envs that sleep look CPU-bound). After a second
+window it decides with `steps_concurrently`, and every
 `REVISIT_BATCHES` commands it measures one window serially again and decides anew (a
 concurrent worker's steps cannot be told apart from waits for the GIL).
 
@@ -36,6 +40,7 @@ __all__ = [
     "METADATA_KEY",
     "OFF_CPU_SHARE",
     "REVISIT_BATCHES",
+    "WARM_SECONDS",
     "WINDOW_STEPS",
     "StepProfile",
     "declared_concurrency",
@@ -52,6 +57,8 @@ METADATA_KEY = "step_concurrency"
 OFF_CPU_SHARE = 0.5
 #: Env steps measured before a decision.
 WINDOW_STEPS = 16
+#: Seconds from the worker's set-up during which no window counts (see the module notes).
+WARM_SECONDS = 0.5
 #: Steps (commands) between two serial measurement windows of a concurrent worker.
 REVISIT_BATCHES = 1000
 
@@ -125,6 +132,8 @@ class StepProfile:
     Args:
         envs: The worker's envs (registered for `step_profile_of`).
         env_indices: Their global indices (for messages).
+        warm_seconds: Seconds from now during which no measurement window counts
+            (`WARM_SECONDS`).
 
     Raises:
         ValueError: An env's ``metadata["step_concurrency"]`` is not a known value.
@@ -135,7 +144,9 @@ class StepProfile:
         declared: What the envs' metadata said, or None (measured).
     """
 
-    def __init__(self, envs: Sequence[Any], env_indices: Sequence[int]) -> None:
+    def __init__(
+        self, envs: Sequence[Any], env_indices: Sequence[int], warm_seconds: float = WARM_SECONDS
+    ) -> None:
         self.env_ids = [id(env) for env in envs]
         self.env_indices = tuple(env_indices)
         self.declared = declared_concurrency([getattr(env, "metadata", {}) or {} for env in envs])
@@ -150,6 +161,7 @@ class StepProfile:
         self.window = [0.0, 0.0, 0.0, 0]  # wall, process CPU, waited, env steps
         self.last: dict[str, float] = {}
         self.warm = False  # whether a first window was stepped (and not counted)
+        self._warm_at = time.monotonic() + warm_seconds  # no window counts before then
         self._waits = _ThreadWaits() if self.measure else None
         self._threads: ThreadPoolExecutor | None = None
         for key in self.env_ids:
@@ -172,6 +184,18 @@ class StepProfile:
         else:
             for k in range(count):
                 step(k)
+
+    def plain(self, count: int) -> bool:
+        """Whether a command of ``count`` envs steps them one after another on the
+        calling thread, unmeasured (the common case, which the caller then runs itself
+        with no per-env callback); if so it is counted as `run` counts it. False: call
+        `run`, which measures or steps them on the worker's threads."""
+        if self.measure and (not self.last or self.batches >= REVISIT_BATCHES):
+            return False
+        if self.mode == "concurrent" and count > 1:
+            return False
+        self.batches += 1
+        return True
 
     def count_env_step(self) -> None:
         """Count one env's own step (a decoupled `Command.STEP_ENV`) toward the next
@@ -214,7 +238,8 @@ class StepProfile:
             if self.warm:
                 self._decide()
             else:  # the first steps of a fresh worker are no guide (imports, caches)
-                self.window, self.warm = [0.0, 0.0, 0.0, 0], True
+                self.window = [0.0, 0.0, 0.0, 0]
+                self.warm = time.monotonic() >= self._warm_at
 
     def _decide(self) -> None:
         wall, cpu, waited, steps = self.window

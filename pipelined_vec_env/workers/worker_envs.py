@@ -76,6 +76,8 @@ class WorkerEnvs:
         self.envs = envs
         self.env_indices = env_indices
         self.autoreset_mode = autoreset_mode
+        self._next_step = autoreset_mode == AutoresetMode.NEXT_STEP
+        self._same_step = autoreset_mode == AutoresetMode.SAME_STEP
         self.autoreset = [False] * len(envs)  # per env: its next step resets it (NEXT_STEP)
         # SAME_STEP: ids of the arrays/dicts/lists each env returned last (reuse detection)
         self.returned: list[frozenset[int]] = [frozenset()] * len(envs)
@@ -196,11 +198,13 @@ class WorkerEnvs:
             )
             observations[k] = obs
 
-        if direct:
+        if direct or self.profile.plain(n):  # here, one after another: no callback per env
             for k in range(n):
-                step(k)
+                observations[k], rewards[k], terminations[k], truncations[k], infos[k] = step_one(
+                    targets[k], batch[k]
+                )
         else:
-            self.profile.run(step, n)  # one after another, or on the worker's threads
+            self.profile.run(step, n)  # measured, or on the worker's threads
         items: list[Any] = []
         done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were
@@ -212,14 +216,14 @@ class WorkerEnvs:
         """Step (or autoreset) env ``local``: ``(obs, reward, terminated, truncated,
         infos)``. Touches only that env's state, so envs may step on threads at once."""
         env = self.envs[local]
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.autoreset[local]:
+        if self._next_step and self.autoreset[local]:
             obs, info = env.reset()
             self.autoreset[local] = False
             return obs, 0.0, False, False, [info]
         obs, reward, terminated, truncated, info = env.step(action)
         env_infos = [info]
         self.autoreset[local] = bool(terminated) or bool(truncated)
-        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        same_step = self._same_step
         if same_step and (terminated or truncated):
             if _shares_objects((obs, info), self.returned[local]):
                 # the env reuses what it returns: its reset could overwrite the final
