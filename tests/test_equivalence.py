@@ -7,6 +7,7 @@ slices of SyncVectorEnv's whole-batch results.
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import gymnasium as gym
@@ -161,6 +162,29 @@ def test_default_envs_per_worker_is_one_worker_per_core_per_stage(
     from pipelined_vec_env import default_envs_per_worker
 
     assert default_envs_per_worker(num_envs, num_stages, cores=cores) == expected
+
+
+def _holds(env: gym.Env) -> tuple[int, int]:
+    """The worker's pid and the identity of the object the env was built with."""
+    return os.getpid(), id(env.unwrapped.held)
+
+
+class HoldingEnv(CountingEnv):
+    """`CountingEnv` that keeps the object it was built with."""
+
+    def __init__(self, env_id: int, held: object) -> None:
+        super().__init__(env_id, 10)
+        self.held = held
+
+
+def test_envs_of_one_worker_share_no_object_their_constructors_hold(make_pipelined):
+    """Constructors that hold one object (a space, a config) give each env of a worker its
+    own copy, as separate processes would: envs stepped on threads share nothing."""
+    shared = {"a": [1, 2, 3]}
+    envs = make_pipelined([partial(HoldingEnv, i, shared) for i in range(4)], envs_per_worker=4)
+    held = envs.call_at(list(range(4)), _holds)
+    assert len({pid for pid, _ in held}) == 1  # one worker
+    assert len({ident for _, ident in held}) == 4  # four objects
 
 
 @pytest.mark.parametrize("layout", [{}, {"envs_per_worker": 1}, {"envs_per_worker": 3}])

@@ -261,7 +261,11 @@ class WorkerPool:
                     fns[0] = RenderDeviceEnvFn(fns[0], device)
                 if worker_nice is not None:
                     fns[0] = NicedEnvFn(fns[0], worker_nice)
-                handle = make(index, s, tuple(range(lo, hi)), cloudpickle.dumps(fns))
+                # each constructor pickled on its own: the worker unpickles them one by one,
+                # so its envs share no object their constructors hold (as in separate
+                # processes; envs stepped on threads at once must not share one)
+                pickled = cloudpickle.dumps([cloudpickle.dumps(fn) for fn in fns])
+                handle = make(index, s, tuple(range(lo, hi)), pickled)
                 self.handles.append(handle)
                 self._queues[index] = deque()
                 if self.profiler is not None:
