@@ -141,6 +141,13 @@ def _ray_backend(
     return RayBackend(), make
 
 
+def pickle_each(fns: list[Any]) -> bytes:
+    """A worker's env constructors, each cloudpickled on its own, in one cloudpickled list:
+    the worker unpickles them one by one, so its envs share no object their constructors
+    hold, as in separate processes (envs stepped on threads at once must share none)."""
+    return cloudpickle.dumps([cloudpickle.dumps(fn) for fn in fns])
+
+
 class WorkerPool:
     """The workers of one vector env: start, commands in flight, failures, restarts, stop.
 
@@ -261,11 +268,7 @@ class WorkerPool:
                     fns[0] = RenderDeviceEnvFn(fns[0], device)
                 if worker_nice is not None:
                     fns[0] = NicedEnvFn(fns[0], worker_nice)
-                # each constructor pickled on its own: the worker unpickles them one by one,
-                # so its envs share no object their constructors hold (as in separate
-                # processes; envs stepped on threads at once must not share one)
-                pickled = cloudpickle.dumps([cloudpickle.dumps(fn) for fn in fns])
-                handle = make(index, s, tuple(range(lo, hi)), pickled)
+                handle = make(index, s, tuple(range(lo, hi)), pickle_each(fns))
                 self.handles.append(handle)
                 self._queues[index] = deque()
                 if self.profiler is not None:
