@@ -191,7 +191,9 @@ class StepProfile:
         with no per-env callback); if so it is counted as `run` counts it. False: call
         `run`, which measures or steps them on the worker's threads."""
         if self.measure and (not self.last or self.batches >= REVISIT_BATCHES):
-            return False
+            if self.last or time.monotonic() >= self._warm_at:
+                return False
+            # the worker's set-up is still settling: nothing to measure yet
         if self.mode == "concurrent" and count > 1:
             return False
         self.batches += 1
