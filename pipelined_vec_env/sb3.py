@@ -20,7 +20,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -31,6 +30,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from .by_value import ByValue
 from .infos import split_infos
 from .vector_env import PipelinedVectorEnv
 
@@ -39,21 +39,7 @@ __all__ = ["SB3VecEnv", "split_infos"]
 logger = logging.getLogger(__name__)
 
 
-class _SentByValue:
-    """Carries a function to the workers by value (cloudpickle) through a plain-pickle pipe.
-
-    Unpickling yields the function itself, so the worker never imports the module that
-    defined it (this one imports SB3 and torch, seconds of start-up per worker).
-    """
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.data = cloudpickle.dumps(fn)
-
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return cloudpickle.loads, (self.data,)
-
-
-def _wrapper_check(wrapper_class: type) -> _SentByValue:
+def _wrapper_check(wrapper_class: type) -> ByValue:
     """A function ``env -> bool``: whether some wrapper layer of ``env`` is an instance of
     ``wrapper_class`` (subclasses count, as in SB3's ``is_wrapped``).
 
@@ -69,7 +55,7 @@ def _wrapper_check(wrapper_class: type) -> _SentByValue:
             env = env.env
         return False
 
-    return _SentByValue(has_layer)
+    return ByValue(has_layer)
 
 
 def _batched_actions(space: gym.Space, actions: Any, num_envs: int) -> Any:

@@ -165,6 +165,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "base",
         (
             "errors",
+            "by_value",
             "infos",
             "batching",
             "env_spaces",

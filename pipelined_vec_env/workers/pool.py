@@ -35,6 +35,7 @@ from typing import Any
 
 import cloudpickle
 
+from ..by_value import ByValue
 from ..errors import WaitTimeoutError, WorkerCrashedError, describe_exit
 from ..stacks import innermost_frames
 from .failures import raise_worker_error
@@ -139,13 +140,6 @@ def _ray_backend(
         )
 
     return RayBackend(), make
-
-
-def pickle_each(fns: list[Any]) -> bytes:
-    """A worker's env constructors, each cloudpickled on its own, in one cloudpickled list:
-    the worker unpickles them one by one, so its envs share no object their constructors
-    hold, as in separate processes (envs stepped on threads at once must share none)."""
-    return cloudpickle.dumps([cloudpickle.dumps(fn) for fn in fns])
 
 
 class WorkerPool:
@@ -268,7 +262,8 @@ class WorkerPool:
                     fns[0] = RenderDeviceEnvFn(fns[0], device)
                 if worker_nice is not None:
                     fns[0] = NicedEnvFn(fns[0], worker_nice)
-                handle = make(index, s, tuple(range(lo, hi)), pickle_each(fns))
+                pickled = cloudpickle.dumps([ByValue(fn) for fn in fns])  # envs share nothing
+                handle = make(index, s, tuple(range(lo, hi)), pickled)
                 self.handles.append(handle)
                 self._queues[index] = deque()
                 if self.profiler is not None:

@@ -185,8 +185,8 @@ class EnvWorkerActor:
 
     Args:
         worker_index: This worker's index (for messages).
-        pickled_env_fns: a cloudpickled list of the env constructors, each cloudpickled
-            on its own (unpickled one by one: the envs share no object).
+        pickled_env_fns: cloudpickled list of env constructors, one per env (each a
+            `ByValue`: the envs share no object).
         env_indices: Global indices of its envs.
         autoreset_mode: gymnasium's autoreset mode, applied per env.
         worker_threads: Cap for OpenMP/BLAS/torch threads, or None.
@@ -209,7 +209,7 @@ class EnvWorkerActor:
         pickled_env_fns, env_indices, autoreset_mode, worker_threads = self._args
         try:
             limit_threads(worker_threads)
-            env_fns = [cloudpickle.loads(fn) for fn in cloudpickle.loads(pickled_env_fns)]
+            env_fns = cloudpickle.loads(pickled_env_fns)
             self.envs = WorkerEnvs([fn() for fn in env_fns], env_indices, autoreset_mode)
             limit_torch_threads(worker_threads)
             return Ready(self.envs.describe())

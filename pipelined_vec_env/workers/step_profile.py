@@ -34,12 +34,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "METADATA_KEY",
     "OFF_CPU_SHARE",
     "REVISIT_BATCHES",
+    "Route",
     "WARM_SECONDS",
     "WINDOW_STEPS",
     "StepProfile",
@@ -63,6 +64,8 @@ WARM_SECONDS = 0.5
 REVISIT_BATCHES = 1000
 
 _MODES = ("serial", "concurrent")
+#: How one command's envs step (`StepProfile.route`).
+Route = Literal["plain", "measured", "concurrent"]
 # the worker's step profiles by id of each env they step (see `step_profile_of`)
 _PROFILES: dict[int, StepProfile] = {}
 
@@ -167,37 +170,40 @@ class StepProfile:
         for key in self.env_ids:
             _PROFILES[key] = self
 
-    def run(self, step: Callable[[int], None], count: int) -> None:
-        """``step(k)`` for ``k`` in ``range(count)`` (the envs of one command): on this
-        thread one after another, or on the worker's threads at once (`mode`); each
-        ``step(k)`` must touch only the k-th env's state and results.
+    def route(self, count: int) -> Route:
+        """Count one command of ``count`` envs and say how it steps: ``"plain"`` (one
+        after another on the calling thread, unmeasured: the common case, which a caller
+        may run itself with no per-env callback), ``"measured"`` (serially, in a
+        measurement window; none while the worker's set-up settles, `WARM_SECONDS`) or
+        ``"concurrent"`` (on the worker's threads)."""
+        self.batches += 1
+        if (
+            self.measure
+            and (not self.last or self.batches > REVISIT_BATCHES)
+            and (self.last or time.monotonic() >= self._warm_at)
+        ):
+            return "measured"
+        if self.mode == "concurrent" and count > 1:
+            return "concurrent"
+        return "plain"
+
+    def run(self, step: Callable[[int], None], count: int, how: Route | None = None) -> None:
+        """``step(k)`` for ``k`` in ``range(count)`` (the envs of one command), as
+        ``how`` says (default: `route`, which counts the command); each ``step(k)`` must
+        touch only the k-th env's state and results.
 
         Raises:
             Exception: The first (in ``k`` order) that a step raised; concurrently, once
                 every other step of the call has ended.
         """
-        self.batches += 1
-        if self.measure and (not self.last or self.batches > REVISIT_BATCHES):
+        how = self.route(count) if how is None else how
+        if how == "measured":
             self._measured(step, count)
-        elif self.mode == "concurrent" and count > 1:
+        elif how == "concurrent":
             self._concurrently(step, count)
         else:
             for k in range(count):
                 step(k)
-
-    def plain(self, count: int) -> bool:
-        """Whether a command of ``count`` envs steps them one after another on the
-        calling thread, unmeasured (the common case, which the caller then runs itself
-        with no per-env callback); if so it is counted as `run` counts it. False: call
-        `run`, which measures or steps them on the worker's threads."""
-        if self.measure and (not self.last or self.batches >= REVISIT_BATCHES):
-            if self.last or time.monotonic() >= self._warm_at:
-                return False
-            # the worker's set-up is still settling: nothing to measure yet
-        if self.mode == "concurrent" and count > 1:
-            return False
-        self.batches += 1
-        return True
 
     def count_env_step(self) -> None:
         """Count one env's own step (a decoupled `Command.STEP_ENV`) toward the next
@@ -240,8 +246,7 @@ class StepProfile:
             if self.warm:
                 self._decide()
             else:  # the first steps of a fresh worker are no guide (imports, caches)
-                self.window = [0.0, 0.0, 0.0, 0]
-                self.warm = time.monotonic() >= self._warm_at
+                self.window, self.warm = [0.0, 0.0, 0.0, 0], True
 
     def _decide(self) -> None:
         wall, cpu, waited, steps = self.window

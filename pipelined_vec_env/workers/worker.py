@@ -156,8 +156,8 @@ def worker_main(
 
     Args:
         worker_index: This worker's index (for messages).
-        pickled_env_fns: a cloudpickled list of the env constructors, each cloudpickled
-            on its own (unpickled one by one: the envs share no object).
+        pickled_env_fns: cloudpickled list of env constructors, one per env (each a
+            `ByValue`: the envs share no object).
         env_indices: Global indices of those envs in the vector env.
         conn: This worker's end of the pipe.
         parent_pid: Pid of the process that owns the vector env; the worker exits when it
@@ -179,7 +179,7 @@ def worker_main(
         limit_threads(worker_threads)
         set_affinity(cpu_cores)
         install_lazy_main(main_ref)
-        env_fns = [cloudpickle.loads(fn) for fn in cloudpickle.loads(pickled_env_fns)]
+        env_fns = cloudpickle.loads(pickled_env_fns)
         envs = WorkerEnvs([build_env(fn) for fn in env_fns], env_indices, autoreset_mode)
         limit_torch_threads(worker_threads)
         send(conn, to_wire(Ready(envs.describe())))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import cloudpickle
 import numpy as np
 from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode
@@ -24,6 +23,7 @@ from gymnasium.vector.utils import (
     read_from_shared_memory,
 )
 
+from ..by_value import ByValue
 from ..shared_memory import RowWriter
 from .observation_check import observation_error, without_envs
 from .step_profile import StepProfile
@@ -191,20 +191,21 @@ class WorkerEnvs:
         if not isinstance(batch, np.ndarray):
             batch = list(batch)
         step_one = self._step_one
-
-        def step(k: int) -> None:  # the k-th env of the call: its own slots only
-            obs, rewards[k], terminations[k], truncations[k], infos[k] = step_one(
-                targets[k], batch[k]
-            )
-            observations[k] = obs
-
-        if direct or self.profile.plain(n):  # here, one after another: no callback per env
+        how = "plain" if direct else self.profile.route(n)
+        if how == "plain":  # here, one after another: no callback per env
             for k in range(n):
                 observations[k], rewards[k], terminations[k], truncations[k], infos[k] = step_one(
                     targets[k], batch[k]
                 )
-        else:
-            self.profile.run(step, n)  # measured, or on the worker's threads
+        else:  # measured, or on the worker's threads
+
+            def step(k: int) -> None:  # the k-th env of the call: its own slots only
+                obs, rewards[k], terminations[k], truncations[k], infos[k] = step_one(
+                    targets[k], batch[k]
+                )
+                observations[k] = obs
+
+            self.profile.run(step, n, how)
         items: list[Any] = []
         done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were
@@ -266,7 +267,7 @@ class WorkerEnvs:
             "action_spaces": [env.action_space for env in envs],
             "metadata": dict(first.metadata),
             "render_mode": first.render_mode,
-            "spec": _Cloudpickled(first.spec),
+            "spec": ByValue(first.spec),  # its wrappers' kwargs may be lambdas
         }
 
     def close(self) -> None:
@@ -288,17 +289,3 @@ class WorkerEnvs:
         if failed is not None:
             index, exc = failed
             raise RuntimeError(f"env {index}: close() raised {type(exc).__name__}: {exc}") from exc
-
-
-class _Cloudpickled:
-    """Sends an object through a plain-pickle pipe with cloudpickle, unpickled as itself.
-
-    An env spec records its wrappers' kwargs, which may be lambdas (e.g.
-    ``TransformObservation(env, lambda obs: ...)``) that plain pickle cannot send.
-    """
-
-    def __init__(self, obj: Any) -> None:
-        self.data = cloudpickle.dumps(obj)
-
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return cloudpickle.loads, (self.data,)
