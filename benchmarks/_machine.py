@@ -122,8 +122,9 @@ def workers_cpu_seconds(pids: Iterable[int]) -> float:
 
 def git_commit(repo: Path) -> str:
     """The ``GIT_COMMIT`` environment variable where set (a copy of the tree on another
-    machine, whose own git state may be older), else the short hash of ``repo``'s HEAD,
-    else ``"unknown"``."""
+    machine, whose own git state may be older), else the short hash of ``repo``'s HEAD
+    with ``+uncommitted`` where the package or the benchmarks' code differ from it, else
+    ``"unknown"``."""
     if os.environ.get("GIT_COMMIT"):
         return os.environ["GIT_COMMIT"]
     try:
@@ -133,9 +134,14 @@ def git_commit(repo: Path) -> str:
             text=True,
             check=True,
         )
+        changed = subprocess.run(
+            ["git", "-C", str(repo), "diff", "--quiet", "HEAD", "--"]
+            + ["pipelined_vec_env", "benchmarks", ":!benchmarks/results"],
+            capture_output=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return out.stdout.strip()
+    return out.stdout.strip() + ("+uncommitted" if changed.returncode == 1 else "")
 
 
 def package_versions(names: Iterable[str]) -> dict[str, str | None]:

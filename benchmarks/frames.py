@@ -10,9 +10,13 @@ through:
   batch copied out, ``copy=True``), ``AsyncVectorEnv`` (shared memory,
   ``context="forkserver"``: with fork it hangs at build under EGL), SB3 ``SubprocVecEnv``
   (frames pickled through pipes, as verl and RLinf do);
-- ours: whole-env ``step`` (``copy=True``, the default), ``step`` with ``copy=False``
-  (views of the shared buffers: the caller copies nothing), a staged loop (2 stages kept
-  in flight) and EnvPool's ``recv``/``send`` loop (batches of ``num_envs // 2``);
+- ours: whole-env ``step`` (``copy=True``, the default: views of a generation of the
+  shared buffers that nothing the caller holds refers to, `observation_ring`), the same
+  with the ring off (``shared_observations`` read first: each step's frames copied out
+  of the shared buffers, as when the caller keeps every batch), ``step`` with
+  ``copy=False`` (views of the shared buffers: the caller copies nothing), a staged loop
+  (2 stages kept in flight) and EnvPool's ``recv``/``send`` loop (batches of
+  ``num_envs // 2``);
 - the limit: one ``np.copyto`` of a batch's frame bytes per vector step, in this process
   (what one copy of every frame costs on this machine); and where envs burn CPU, the
   measured parallel ceiling (`throughput.BareProcesses`: one plain process per usable core
@@ -25,10 +29,11 @@ CPU: a few steps, each backend built and closed in its turn, about 2 GB an env).
 
 Two more measurements say where a frame's time goes:
 
-- **per copy**: ours with ``profile=True`` on one case: the workers' step commands (the
-  env steps and the write of their frames into shared memory), the caller's copies out
-  of shared memory (``"observation copy"`` spans, one per worker as it answers, and the
-  rows left at the end), and the wall time per step;
+- **per copy**: ours with ``profile=True`` on one case (``copy=True`` with and without
+  the ring, ``copy=False``): the workers' step commands (the env steps and the write of
+  their frames into shared memory), the caller's copies out of shared memory
+  (``"observation copy"`` spans, one per worker as it answers, and the rows left at the
+  end), and the wall time per step;
 - **the workers' write**: gymnasium's ``write_to_shared_memory`` (each array flattened,
   a copy, then copied into the buffer) against `RowWriter` (one copy per array) writing
   one worker's share of frames, in this process, interleaved.
@@ -98,8 +103,18 @@ class Args:
     """Vector steps run before each timing."""
     rounds: int = 5
     """Rounds (every backend timed once per round, in turn)."""
-    backends: tuple[str, ...] = ("sync", "async", "sb3", "step", "nocopy", "staged", "recv")
-    """Backends: any of sync, async, sb3, step, nocopy, staged, recv (the limit always)."""
+    backends: tuple[str, ...] = (
+        "sync",
+        "async",
+        "sb3",
+        "step",
+        "copies",
+        "nocopy",
+        "staged",
+        "recv",
+    )
+    """Backends: any of sync, async, sb3, step, copies, nocopy, staged, recv (the limit
+    always)."""
     profile_case: str = "32x224"
     """``ENVSxSIDE`` of the where-the-time-goes measurement ("" to skip it)."""
     profile_steps: int = 200
@@ -185,6 +200,13 @@ def _sb3(fns: list[Callable[[], gym.Env]]) -> Any:
     return SubprocVecEnv(fns, start_method="forkserver")
 
 
+def _without_ring(envs: PipelinedVectorEnv) -> PipelinedVectorEnv:
+    """``envs`` with its observation ring off: reading ``shared_observations`` ends it,
+    so each ``copy=True`` step copies its frames out of the shared buffers."""
+    assert envs.shared_observations is not None
+    return envs
+
+
 def make_backends(case: Case, names: Sequence[str]) -> list[throughput.Backend]:
     """The backends ``names`` for ``case``, then the limit and (envs with a CPU cost) the
     parallel ceiling."""
@@ -210,6 +232,13 @@ def make_backends(case: Case, names: Sequence[str]) -> list[throughput.Backend]:
             "ours",
             {"loop": "step", "copy": True},
             lambda: PipelinedVectorEnv(fns),
+            throughput.prepare_vector,
+        ),
+        "copies": Backend(
+            "ours step, no ring (copies)",
+            "ours",
+            {"loop": "step", "copy": True, "ring": False},
+            lambda: _without_ring(PipelinedVectorEnv(fns)),
             throughput.prepare_vector,
         ),
         "nocopy": Backend(
@@ -364,8 +393,10 @@ def measure_time(args: Args) -> dict[str, Any] | None:
     num_envs, side = (int(v) for v in _parse(args.profile_case, 2))
     case = camera_case(args, num_envs, side, 0.0, args.profile_steps)
     out: dict[str, Any] = {"case": case.name, "frame_bytes_per_env_step": case.frame_bytes}
-    for copy in (True, False):
+    for key, copy in (("ring", True), ("copy", True), ("no_copy", False)):
         envs = PipelinedVectorEnv([case.env_fn] * num_envs, copy=copy, profile=True)
+        if key == "copy":
+            _without_ring(envs)
         try:
             actions = np.zeros((num_envs, 7), np.float32)
             envs.reset(seed=args.seed)
@@ -384,7 +415,7 @@ def measure_time(args: Args) -> dict[str, Any] | None:
         copies = [s for s in records["spans"] if s[0] == "observation copy"]
         copy_us = sum(s[4] - s[3] for s in copies) / 1e3 / case.steps
         batch_bytes = num_envs * case.frame_bytes
-        out["copy" if copy else "no_copy"] = {
+        out[key] = {
             "workers": workers,
             "wall_us_per_step": wall / case.steps * 1e6,
             "worker_step_us": statistics.median((c[4] - c[3]) / 1e3 for c in steps),
@@ -553,7 +584,10 @@ def format_time(result: dict[str, Any]) -> str:
         "| finish to received | caller's copies | caller copy GB/s |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for key, label in (("copy", "True"), ("no_copy", "False")):
+    labels = (("ring", "True"), ("copy", "True, no ring"), ("no_copy", "False"))
+    for key, label in labels:
+        if key not in time_:
+            continue
         t = time_[key]
         lines.append(
             f"| {label} | {t['workers']} | {t['wall_us_per_step']:.0f} | {t['worker_step_us']:.0f} "

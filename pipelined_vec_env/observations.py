@@ -6,9 +6,12 @@ none; otherwise each answer carries the observations as items, kept here per env
 way the vector env, stage stepping and decoupled stepping read batches, single items and
 copies through one `ObservationStore`.
 
-A step's copy of a batch in shared memory is made worker by worker (`RowCopy`): the rows
-of one worker are copied as its answer comes, while the other workers still step, instead
-of the whole batch once the last one answered.
+A copying step of large observations (camera frames) writes into a generation of the
+buffers that nothing the caller holds refers to and returns views of it
+(`observation_ring`); where none is free, its copy is made worker by worker
+(`RowCopy`): the rows of one worker are copied as its answer comes, while the other
+workers still step, instead of the whole batch once the last one answered. Each env's
+latest observation is in the generation its last command wrote (0: the first buffers).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from gymnasium.vector.utils import (
 )
 
 from .batching import batch_slice
+from .observation_ring import ObservationRing, make_ring
 from .shared_memory import create_observation_buffers, release
 
 __all__ = ["ObservationStore", "RowCopy", "leaves"]
@@ -184,15 +188,24 @@ class ObservationStore:
         shm_fallback: Where the buffers do not fit in /dev/shm: ``"file"`` (file-backed,
             with a warning) or ``"error"`` (`SharedMemoryFullError`); see
             `create_observation_buffers`.
+        ring: Make an `ObservationRing` for copying steps, where the batch is
+            `ROW_COPY_MIN_BYTES` or more, its reads are views and its buffers fit in
+            /dev/shm.
 
     Attributes:
         buffers: gymnasium's shared memory buffers for the workers to write into
             (`WorkerPool.attach` hands them on), or None.
-        segments: The shared memory segments behind ``buffers`` (released by `release`).
+        segments: The shared memory segments behind ``buffers`` and the ring's
+            generations (released by `release`).
     """
 
     def __init__(
-        self, space: Space, num_envs: int, shared: bool, shm_fallback: str = "file"
+        self,
+        space: Space,
+        num_envs: int,
+        shared: bool,
+        shm_fallback: str = "file",
+        ring: bool = False,
     ) -> None:
         self.space = space
         self.num_envs = num_envs
@@ -217,6 +230,19 @@ class ObservationStore:
         self._env_bytes //= num_envs
         # a single numeric array (Box, Discrete, ...): `batch` slices and copies it directly
         self._array = isinstance(self._view, np.ndarray) and self._view.dtype != object
+        self._ring: ObservationRing | None = None
+        if (
+            ring
+            and self._view is not None
+            and self._env_bytes * num_envs >= ROW_COPY_MIN_BYTES
+            and not any(segment.path for segment in self.segments)  # /dev/shm was too small
+        ):
+            self._ring = make_ring(space, num_envs, sum(s.nbytes for s in self.segments))
+            if self._ring is not None:
+                self.segments = [*self.segments, *self._ring.segments]
+        self._latest = np.zeros(num_envs, dtype=np.int64)  # generation of each env's latest
+        self._pinned = False  # `views` were handed out: steps write the first buffers
+        self._in_flight: dict[tuple[int, int], int] = {}  # steps sent: their generations
 
     @property
     def shared(self) -> bool:
@@ -228,8 +254,104 @@ class ObservationStore:
         """The whole batch of ``num_envs`` observations in shared memory as numpy views
         (gymnasium's batched layout), or None (no shared memory, or a space whose reads
         decode copies: Text, OneOf). Env ``g``'s rows hold its latest result and are
-        overwritten while a command to it is in flight."""
+        overwritten while a command to it is in flight (a copying step may write a
+        generation of the ring instead: see `hand_out_views`)."""
         return self._view
+
+    def hand_out_views(self) -> Any:
+        """`views`, for the caller to keep: this ends the ring, so that env ``g``'s rows
+        keep holding its latest result. From now on every step writes these buffers;
+        the latest observations of idle envs are copied into them now, those of envs
+        stepping into a generation when their step is collected."""
+        if self._ring is not None and not self._pinned:
+            self._pinned = True
+            busy = np.zeros(self.num_envs, dtype=np.bool_)
+            for lo, hi in self._in_flight:
+                busy[lo:hi] = True
+            self._gather_first(np.flatnonzero((self._latest != 0) & ~busy))
+        return self._view
+
+    @property
+    def generations(self) -> list[Any]:
+        """gymnasium's buffers of each generation of the ring (beside `buffers`), for the
+        workers to write into (`WorkerPool.attach`); empty without a ring."""
+        return [] if self._ring is None else list(self._ring.buffers)
+
+    def begin_step(self, envs: slice, copy: bool) -> int:
+        """The generation a step of the envs ``envs`` writes (0: the first buffers): with
+        ``copy``, one of the ring's that nothing refers to, where there is one (recorded
+        until `end_step`)."""
+        if self._ring is None:  # light observations: nothing to record
+            return 0
+        gen = 0
+        if copy and not self._pinned:
+            lo, hi = envs.start, envs.stop
+            busy = {g for (a, b), g in self._in_flight.items() if a < hi and lo < b}
+            gen = self._ring.acquire(envs, busy)
+        self._in_flight[(envs.start, envs.stop)] = gen
+        return gen
+
+    def step_generation(self, envs: slice) -> int:
+        """The generation the step of ``envs`` in flight writes (0: the first buffers)."""
+        if self._ring is None:
+            return 0
+        return self._in_flight.get((envs.start, envs.stop), 0)
+
+    def end_step(self, envs: slice, real: np.ndarray | None = None) -> int:
+        """The generation the step of ``envs`` wrote, now collected: it holds the latest
+        observations of the envs whose results are real (``real``, one bool per env of
+        ``envs``; None: all)."""
+        if self._ring is None:
+            return 0
+        gen = self._in_flight.pop((envs.start, envs.stop), 0)
+        if real is None:
+            self._latest[envs] = gen
+        else:
+            self._latest[envs][real] = gen
+        return gen
+
+    def begin_first(self, ids: Any) -> None:
+        """The commands sent to the envs ``ids`` (a reset, a ``send``'s step) write the
+        first buffers."""
+        if self._ring is not None:
+            self._latest[np.asarray(ids, dtype=np.intp)] = 0
+
+    def step_batch(self, envs: slice, gen: int) -> Any:
+        """The observations of a step of ``envs`` written into ring generation ``gen``:
+        views the ring does not write again while any array made from them lives (with
+        `views` handed out, also copied into the first buffers)."""
+        assert self._ring is not None and gen > 0
+        if self._pinned:
+            self._gather_first(np.arange(envs.start, envs.stop))
+        return self._ring.batch(gen, envs)
+
+    def _gather_first(self, ids: np.ndarray) -> None:
+        """Copy the latest observations of the envs ``ids`` from their generations into
+        the first buffers."""
+        if self._ring is None or self._view is None or len(ids) == 0:
+            return
+        for gen in np.unique(self._latest[ids]).tolist():
+            if gen == 0:
+                continue
+            chosen = ids[self._latest[ids] == gen]
+            source = self._ring.views(gen)
+            for out, view in zip(leaves(self._view), leaves(source), strict=True):
+                out[chosen] = view[chosen]
+        self._latest[ids] = 0
+
+    def _assembled(self, envs: slice) -> Any:
+        """A new batch of the latest observations of ``envs``, each row read from its
+        generation."""
+        assert self._ring is not None and self._view is not None
+        ids = np.arange(envs.start, envs.stop)
+        batch = create_empty_array(self.space, n=len(ids), fn=np.empty)
+        latest = self._latest[ids]
+        for gen in np.unique(latest).tolist():
+            rows = np.flatnonzero(latest == gen)
+            source = self._view if gen == 0 else self._ring.views(gen)
+            for out, view in zip(leaves(batch), leaves(source), strict=True):
+                out[rows] = view[ids[rows]]
+        return batch
 
     def row_copy(self, envs: slice) -> RowCopy | None:
         """A `RowCopy` of the envs ``envs``, or None where the observations have no views
@@ -272,9 +394,13 @@ class ObservationStore:
     def write(self, g: int, item: Any) -> None:
         """Write ``item`` as env ``g``'s observation into shared memory."""
         write_to_shared_memory(self.space, g, item, self.buffers)
+        if self._ring is not None:
+            self._latest[g] = 0
 
     def single(self, g: int) -> Any:
         """A copy of env ``g``'s observation in shared memory, as a single item."""
+        if self._ring is not None and self._latest[g] != 0:
+            return _first(self.space, self._assembled(slice(g, g + 1)))
         return _first(
             self.space, deepcopy(batch_slice(self.space, self._shared(), slice(g, g + 1)))
         )
@@ -286,6 +412,8 @@ class ObservationStore:
         a time (a ``recv``'s answers are whole workers' runs) into a batch returned
         earlier for as many envs that nothing references any more (`_free_batch`)."""
         n = len(ids)
+        if self._ring is not None and self._latest[ids].any():  # none in flight: all answered
+            self._gather_first(np.asarray(ids))
         if self._view is not None and self._env_bytes * n >= ROW_COPY_MIN_BYTES:
             batch = self._free_batch(slice(0, n), key=(-1, n))
             starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)
@@ -308,6 +436,10 @@ class ObservationStore:
             copy: Return copies (else, with shared memory, views that the workers
                 overwrite at the next step).
         """
+        if self._ring is not None and self._latest[envs].any():
+            if copy:
+                return self._assembled(envs)
+            self._gather_first(np.arange(envs.start, envs.stop))
         if self._array:
             batch = self._view[envs]  # type: ignore[index]
             return batch.copy() if copy else batch
@@ -333,6 +465,9 @@ class ObservationStore:
             except Exception:
                 logger.warning("an observation release callback raised", exc_info=True)
         self._kept = {}
+        if self._ring is not None:
+            self._ring.release()
+            self._ring = None
         # drop our views first: a segment with live views cannot be unmapped
         self._view = self.buffers = None
         self._array = False

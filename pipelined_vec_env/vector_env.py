@@ -84,12 +84,17 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             naming the bytes needed and free and how to grow /dev/shm; ``"error"`` raises
             `SharedMemoryFullError` (an `OSError`) from the constructor instead. See
             ``docs/frames.md``.
-        copy: Return copies of the observations: ``step`` copies each worker's rows out
-            of shared memory as that worker answers, while the others still step. False
-            returns views of the shared buffers (`shared_observations`) and copies
-            nothing: env ``g``'s rows are overwritten once a command to ``g`` is sent
-            (the next ``step_async``/``step``/``reset`` that includes it), so read or copy
-            them before. ``recv`` always returns copies.
+        copy: Return observations the caller owns, which no later step changes. For
+            large ones (camera frames: batches of 256 KiB and more) in shared memory,
+            ``step`` returns views of a generation of the buffers that nothing the caller
+            still holds refers to (two more generations, where they fit in /dev/shm;
+            numpy's reference counts say which are free), so nothing is copied; where
+            every generation is held it copies each worker's rows out of shared memory as
+            that worker answers, while the others still step. False returns views of the
+            shared buffers (`shared_observations`) and copies nothing: env ``g``'s rows
+            are overwritten once a command to ``g`` is sent (the next
+            ``step_async``/``step``/``reset`` that includes it), so read or copy them
+            before. ``recv`` always returns copies.
         autoreset_mode: gymnasium's `gymnasium.vector.AutoresetMode` (or its
             string value), applied inside the workers.
         observation_mode: ``"same"``, ``"different"`` (envs whose observation spaces
@@ -345,8 +350,14 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
             self.num_envs,
             self.shared_memory,
             self.arguments.shm_fallback,
+            ring=self.copy,
         )
-        self._pool.attach(self.single_observation_space, self._obs.buffers, self.num_envs)
+        self._pool.attach(
+            self.single_observation_space,
+            self._obs.buffers,
+            self.num_envs,
+            self._obs.generations,
+        )
         self.decoupled = DecoupledState(self, self._pool, self._obs)
         self._stepping = StageStepping(
             self.stages,
@@ -435,10 +446,12 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         ``step``/``reset``/``recv`` returned for it) until a command to ``g`` is sent
         (``step_async``, ``send``, a reset): from then on its worker may write them. A
         view is read, or copied, before that; ``copy=False`` steps return such views.
-        The views end with `close` (read them no more). `TorchObservations` reads them
+        With ``copy=True``, reading this property ends the generations those steps
+        return (see ``copy``): every later step then writes these buffers and copies
+        out of them. The views end with `close` (read them no more). `TorchObservations` reads them
         as torch tensors (``pipelined_vec_env.torch_observations``).
         """
-        return None if self._obs is None or self.closed else self._obs.views
+        return None if self._obs is None or self.closed else self._obs.hand_out_views()
 
     def on_close(self, callback: Callable[[], None]) -> None:
         """Have `close` call ``callback()`` after the workers stop and before the shared
@@ -558,7 +571,7 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         if space is not self._checked_space:  # the check of this space, looked up once
             self._checked_space, self._check_actions = space, check_actions.dispatch(type(space))
         batch = self._check_actions(space, to_numpy(actions), envs.stop - envs.start)
-        self._stepping.send_step(stages, envs, batch, space, stage is None)
+        self._stepping.send_step(stages, envs, batch, space, stage is None, self.copy)
 
     def step_wait(
         self, stage: int | None = None, timeout: float | None = None

@@ -64,6 +64,7 @@ def test_a_workers_rows_are_copied_when_it_answers_not_after_the_last(make_pipel
         lambda: CameraEnv(side=SIDE, state_size=4, step_seconds=0.2)
     ] * 2
     envs = make_pipelined(fns, envs_per_worker=2, profile=True)
+    assert envs.shared_observations is not None  # read: steps copy (no ring of buffers)
     envs.reset(seed=0)
     envs.profiler.clear()
 
@@ -118,6 +119,7 @@ def test_row_writer_writes_what_gymnasiums_write_does(space, value):
 
 def test_a_copy_reuses_a_batch_nothing_references_and_never_one_that_is_held(make_pipelined):
     envs = make_pipelined([lambda: CameraEnv(side=SIDE, state_size=4) for _ in range(4)])
+    assert envs.shared_observations is not None  # read: steps copy (no ring of buffers)
     actions = np.zeros((4, 7), np.float32)
     envs.reset(seed=0)
     seen = []

@@ -171,6 +171,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "env_spaces",
             "reset_arguments",
             "shared_memory",
+            "observation_ring",
             "observations",
             "debug_envs",
             "video",

@@ -391,6 +391,7 @@ class DecoupledState:
 
     def _send(self, w: Any, command: Command, payload: Any, env_ids: Sequence[int]) -> None:
         self._workers[w.index] = w
+        self.observations.begin_first(env_ids)
         self.pool.send(w, command, payload, env_ids)
 
     def _collect(self, timeout: float | None, look: bool = False) -> bool:

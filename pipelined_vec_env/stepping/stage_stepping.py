@@ -165,6 +165,7 @@ class StageStepping:
                         (g - w.env_indices[0], seeds[g - envs.start], per_env[g - envs.start])
                         for g in ids
                     ]
+                    self.observations.begin_first(ids)
                     self.pool.send(w, Command.RESET, requests, ids)
                     reset_ids[w.index] = ids
             s.mark("reset", whole, context=reset_ids)
@@ -227,18 +228,26 @@ class StageStepping:
     # ------------------------------------------------------------------ step
 
     def send_step(
-        self, stages: list[Stage], envs: slice, batch: Any, space: Any, whole: bool
+        self,
+        stages: list[Stage],
+        envs: slice,
+        batch: Any,
+        space: Any,
+        whole: bool,
+        copy: bool = True,
     ) -> None:
         """Send each worker of ``stages`` its rows of ``batch`` (checked actions of ``space``
-        for the envs ``envs``)."""
+        for the envs ``envs``), and the generation of the observation buffers to write
+        (`ObservationStore.begin_step`: with ``copy``, a free one of the ring's)."""
         start, send = envs.start, self.pool.send
         array = type(batch) is np.ndarray  # an array space's batch: rows are a slice
+        gen = self.observations.begin_step(envs, copy)
         for s in stages:
             for w in s.workers:
                 lo = w.env_indices[0] - start
                 hi = lo + len(w.env_indices)
                 rows = batch[lo:hi] if array else batch_slice(space, batch, slice(lo, hi))
-                send(w, Command.STEP, (None, rows), w.env_indices)
+                send(w, Command.STEP, (None, rows, gen), w.env_indices)
             s.mark("step", whole)
         if whole and self.pool.workers_spin:
             # one of them may share this core: let it start now (only for a whole-env
@@ -262,14 +271,16 @@ class StageStepping:
                 ``partial_results`` (see `PipelinedVectorEnv.step_wait`).
         """
         n, start = envs.stop - envs.start, envs.start
-        rows = self.observations.row_copy(envs) if copy else None
+        gen = self.observations.step_generation(envs)
+        rows = self.observations.row_copy(envs) if copy and not gen else None
         on_answer = None if rows is None else self._row_copier(rows)
         collected, error = self.wait(stages, "step", whole, timeout, on_answer)
         answered = [pair for _, results in collected for pair in results]
         if error is None and info_layout != "per_env":
             columns = _column_results(answered, start, n)
             if columns is not None:  # the fast path's answers: no per-env work
-                return (self._step_observations(envs, copy, rows), *columns)
+                self.observations.end_step(envs)
+                return (self._step_observations(envs, copy, rows, gen), *columns)
         # the general path: each answer's results copied out of its slot first
         answered = [(w, p.read() if type(p) is SlotRead else p) for w, p in answered]
         salvaged = _salvage(error)
@@ -300,17 +311,21 @@ class StageStepping:
                     self.observations.keep(g, items[k])
                 for info in env_infos[k]:
                     infos = add_env_info(infos, info, g - start, n)
-        obs = self._step_observations(envs, copy, rows)
-        if error is not None:
-            real = np.zeros(n, dtype=np.bool_)
-            for worker, _ in answered:
-                lo = worker.env_indices[0] - start
-                real[lo : lo + len(worker.env_indices)] = True
-            for g in () if salvaged is None else salvaged[2]:
-                real[g - start] = False
-            attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
-            raise error
-        return obs, rewards, terminations, truncations, infos
+        if error is None:
+            self.observations.end_step(envs)
+            obs = self._step_observations(envs, copy, rows, gen)
+            return obs, rewards, terminations, truncations, infos
+        real = np.zeros(n, dtype=np.bool_)
+        for worker, _ in answered:
+            lo = worker.env_indices[0] - start
+            real[lo : lo + len(worker.env_indices)] = True
+        for g in () if salvaged is None else salvaged[2]:
+            real[g - start] = False
+        self.observations.end_step(envs, real)
+        # each env's row from the generation of its latest observation
+        obs = self.observations.batch(envs, copy)
+        attach_partial(error, (obs, rewards, terminations, truncations, infos), real)
+        raise error
 
     def _row_copier(self, rows: RowCopy) -> Callable[[WorkerTransport, Answer], None]:
         """``on_answer`` of a step's wait: copy the rows of a worker that answered its
@@ -330,12 +345,16 @@ class StageStepping:
 
         return copy_rows
 
-    def _step_observations(self, envs: slice, copy: bool, rows: RowCopy | None) -> Any:
-        """The observations a step returns: ``rows`` finished (the rows not copied as
-        their worker answered), else the store's batch (views with ``copy=False``). A
-        profiled env records each copy out of shared memory as an ``"observation copy"``
-        span."""
+    def _step_observations(
+        self, envs: slice, copy: bool, rows: RowCopy | None, gen: int = 0
+    ) -> Any:
+        """The observations a step returns: the ring generation ``gen``'s views where the
+        step wrote one, else ``rows`` finished (the rows not copied as their worker
+        answered), else the store's batch (views with ``copy=False``). A profiled env
+        records each copy out of shared memory as an ``"observation copy"`` span."""
         profiler = self.pool.profiler
+        if gen:
+            return self.observations.step_batch(envs, gen)
         if rows is None:
             if profiler is None or not copy or not self.observations.shared:
                 return self.observations.batch(envs, copy)

@@ -183,7 +183,7 @@ class WorkerPool:
         self.context: Any = None
         self._queues: dict[int, deque[InFlight]] = {}
         self._answers: dict[int, deque[Answer]] = {}
-        self._attach: tuple[Any, Any, int] | None = None
+        self._attach: tuple[Any, Any, int, tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -315,10 +315,10 @@ class WorkerPool:
                 break
         return answers
 
-    def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
-        """Tell every worker (and every rebuilt one) where observations go: gymnasium's
-        shared memory ``buffers`` for ``num_envs`` envs of ``space``, or None (the pipe)."""
-        self._attach = (space, buffers, num_envs)
+    def attach(self, space: Any, buffers: Any, num_envs: int, generations: Sequence = ()) -> None:
+        """Tell every worker (and every rebuilt one) where observations go: ``buffers``
+        (None: the pipe), or the ``generations`` a step names (`observation_ring`)."""
+        self._attach = (space, buffers, num_envs, tuple(generations))
         for h in self.handles:
             self.send(h, Command.ATTACH, self._attach)
 

@@ -93,8 +93,19 @@ _SHORT_FRAMES = {
 }
 # a whole one-byte frame, as one read returns it -> its byte
 _SHORT_BODIES = {frame: byte for byte, frame in _SHORT_FRAMES.items()}
-_SENT, _ANSWERED, _COUNT, _STARTED, _FINISHED, _WAITING, _WAKELESS, _KIND, _CONCURRENT = range(9)
-_HEADER = 9
+(
+    _SENT,
+    _ANSWERED,
+    _COUNT,
+    _STARTED,
+    _FINISHED,
+    _WAITING,
+    _WAKELESS,
+    _KIND,
+    _CONCURRENT,
+    _GENERATION,
+) = range(10)
+_HEADER = 10
 _KINDS = {WAKE_STEP: 1, WAKE_STEP_TIMED: 2}
 _KIND_BYTES = {code: byte for byte, code in _KINDS.items()}
 
@@ -334,8 +345,12 @@ class StepSlot:
             return actions.shape == self._batch_shape
         return actions.shape == (count, *self._batch_shape[1:])
 
-    def write_request(self, local_indices: list[int] | None, actions: np.ndarray) -> None:
-        """Write a step request (``local_indices`` None: all ``n`` envs)."""
+    def write_request(
+        self, local_indices: list[int] | None, actions: np.ndarray, generation: int = 0
+    ) -> None:
+        """Write a step request (``local_indices`` None: all ``n`` envs; ``generation``: of
+        the observation buffers to write, `observation_ring`)."""
+        self.header[_GENERATION] = generation
         count = len(actions)
         if local_indices is None:
             self.header[_COUNT] = -1
@@ -409,12 +424,13 @@ class StepSlot:
 
     # ------------------------------------------------------------------ worker side
 
-    def read_request(self) -> tuple[list[int] | None, np.ndarray]:
-        """The request's ``(local_indices or None, actions)`` (actions copied out)."""
-        count = int(self.header[_COUNT])
+    def read_request(self) -> tuple[list[int] | None, np.ndarray, int]:
+        """The request's ``(local_indices or None, actions, generation)`` (actions copied
+        out)."""
+        count, generation = int(self.header[_COUNT]), int(self.header[_GENERATION])
         if count < 0:
-            return None, self.actions.copy()
-        return self.indices[:count].tolist(), self.actions[:count].copy()
+            return None, self.actions.copy(), generation
+        return self.indices[:count].tolist(), self.actions[:count].copy(), generation
 
     def messages_sent(self) -> int:
         """How many messages the caller has sent (through the pipe or the header)."""

@@ -195,7 +195,7 @@ def worker_main(
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the caller went away; nothing to answer
     finally:
-        envs.obs_view = envs.rows = envs.buffers = None  # unmap shared memory cleanly
+        envs.detach()  # unmap shared memory cleanly
         try:
             envs.close()
         except Exception:

@@ -83,28 +83,44 @@ class WorkerEnvs:
         self.returned: list[frozenset[int]] = [frozenset()] * len(envs)
         self.observation_space = envs[0].observation_space
         self.buffers: Any = None
-        self.obs_view: np.ndarray | None = None
-        self.rows: RowWriter | None = None
+        self.generations: tuple[Any, ...] = ()
+        # where observations go, per generation: an array view (Box ...) or a RowWriter
+        self.targets: list[np.ndarray | RowWriter] = []
         self.action_space = envs[0].action_space
         self.action_batch_space = batch_space(self.action_space, len(envs))
         # serial or concurrent stepping (ValueError: an unknown metadata value)
         self.profile = StepProfile(envs, env_indices)
 
-    def attach(self, space: Any, buffers: Any, num_envs: int) -> None:
+    def attach(
+        self, space: Any, buffers: Any, num_envs: int, generations: tuple[Any, ...] = ()
+    ) -> None:
         """Use ``buffers`` (gymnasium's shared memory layout for ``num_envs`` envs of
-        ``space``) for observations; None sends them through the pipe."""
+        ``space``) for observations; None sends them through the pipe. ``generations``
+        are further buffers of the same layout that a step may name (generation ``k``
+        is ``generations[k - 1]``; `observation_ring`)."""
         self.observation_space, self.buffers = space, buffers
-        self.obs_view = self.rows = None
-        if buffers is not None and isinstance(space, _FLAT_SPACES):
-            # one array view of the whole batch: a row assignment per observation
-            self.obs_view = read_from_shared_memory(space, buffers, n=num_envs)
-        elif buffers is not None:  # Dict/Tuple: one copy per array (gymnasium's write: two)
-            self.rows = RowWriter(space, buffers, num_envs)
+        self.generations = generations  # held until `detach` drops the views first
+        self.targets = []
+        for target in (buffers, *generations) if buffers is not None else ():
+            if isinstance(space, _FLAT_SPACES):
+                # one array view of the whole batch: a row assignment per observation
+                self.targets.append(read_from_shared_memory(space, target, n=num_envs))
+            else:  # Dict/Tuple: one copy per array (gymnasium's write: two)
+                self.targets.append(RowWriter(space, target, num_envs))
 
-    def _emit_all(self, done: list[tuple[int, Any]], items: list[Any], results: tuple) -> None:
-        """Write each ``(local, obs)`` of ``done`` (in answer order); where an observation
-        does not fit the buffers, write the others, then raise `ObservationError` naming
-        it, with ``results`` (the answer's payload) less the failed envs' parts.
+    def detach(self) -> None:
+        """Drop the views of the shared buffers, then the buffers (a segment whose views
+        live cannot be unmapped)."""
+        self.targets = []
+        self.buffers, self.generations = None, ()
+
+    def _emit_all(
+        self, done: list[tuple[int, Any]], items: list[Any], results: tuple, gen: int = 0
+    ) -> None:
+        """Write each ``(local, obs)`` of ``done`` (in answer order) into generation
+        ``gen`` of the buffers; where an observation does not fit the buffers, write the
+        others, then raise `ObservationError` naming it, with ``results`` (the answer's
+        payload) less the failed envs' parts.
 
         Raises:
             ObservationError: An observation did not fit (`observation_check`).
@@ -112,7 +128,7 @@ class WorkerEnvs:
         failed = []
         for k, (local, obs) in enumerate(done):
             try:
-                self._emit(local, obs, items)
+                self._emit(local, obs, items, gen)
             except Exception as exc:  # the failure path only: a fitting write costs nothing
                 failed.append((k, self.env_indices[local], obs, exc))
         if failed:
@@ -123,13 +139,15 @@ class WorkerEnvs:
             )
             raise error from failed[0][3]
 
-    def _emit(self, local: int, obs: Any, items: list[Any]) -> None:
+    def _emit(self, local: int, obs: Any, items: list[Any], gen: int) -> None:
         if self.buffers is None:
             items.append(obs)
-        elif self.obs_view is not None:
-            self.obs_view[self.env_indices[local]] = obs
-        elif self.rows is not None:
-            self.rows.write(self.env_indices[local], obs)
+            return
+        target = self.targets[gen]
+        if type(target) is RowWriter:
+            target.write(self.env_indices[local], obs)
+        else:
+            target[self.env_indices[local]] = obs
 
     def _actions(self, actions: Any, n: int) -> Any:
         if isinstance(actions, np.ndarray):
@@ -164,9 +182,10 @@ class WorkerEnvs:
         return (items if self.buffers is None else None), infos
 
     def step(
-        self, payload: tuple[list[int] | None, Any], direct: bool = False
+        self, payload: tuple, direct: bool = False
     ) -> tuple[Any, list[float], list[bool], list[bool], list[list[dict]]]:
-        """Step the envs of ``payload`` (``(local_indices or None, batched actions)``);
+        """Step the envs of ``payload`` (``(local_indices or None, batched actions)``, and
+        the generation of the buffers to write, 0 where left out);
         return ``(obs_items, rewards, terminations, truncations, infos)`` with lists (they
         pickle several times faster than small numpy arrays). With ``direct``, on the
         calling thread, not measured nor dispatched by the step profile (a
@@ -175,11 +194,11 @@ class WorkerEnvs:
         return items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos
 
     def step_arrays(
-        self, payload: tuple[list[int] | None, Any], direct: bool = False
+        self, payload: tuple, direct: bool = False
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
-        local_indices, actions = payload
+        local_indices, actions, *generation = payload  # (..., generation): a step's
         targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
         rewards = np.zeros(n, dtype=np.float64)
@@ -210,7 +229,8 @@ class WorkerEnvs:
         done = zip(targets, observations, strict=True)
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
-        self._emit_all(done, items, (None, rewards, terminations, truncations, infos))
+        results = (None, rewards, terminations, truncations, infos)
+        self._emit_all(done, items, results, generation[0] if generation else 0)
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
 
     def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:
