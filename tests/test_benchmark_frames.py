@@ -50,6 +50,7 @@ def test_frames_main_tiny(frames, tmp_path: Path) -> None:
         "gymnasium AsyncVectorEnv",
         "SB3 SubprocVecEnv (pickled)",
         "ours step",
+        "ours step, no ring (copies)",
         "ours step copy=False",
         "ours staged (2 stages)",
         "ours recv/send (n/2)",
@@ -64,6 +65,7 @@ def test_frames_main_tiny(frames, tmp_path: Path) -> None:
     limit = next(r for r in plain["rows"] if r["name"] == frames.LIMIT)
     assert limit["share_of_limit"] == pytest.approx(1.0)
     time_ = saved["where_time_goes"]
+    assert {"ring", "copy", "no_copy"} <= set(time_)  # copy=True with and without the ring
     assert (
         time_["copy"]["caller_copies_per_step"] >= 1
         and time_["no_copy"]["caller_copies_per_step"] == 0
