@@ -82,7 +82,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "docs/frames_throughput.md": (
         "batches of 256 KiB",
         "of 256 KiB and more",
-        "a target of 1.5x",
+        "(target 1.5x,",
         "(target 2x, met)",
         "with 2 ms of CPU per env step",
     ),
