@@ -40,7 +40,7 @@ Two more measurements say where a frame's time goes:
 
 Run::
 
-    python benchmarks/frames.py --quick          # 8 envs at 224 px and a CPU-cost case
+    python benchmarks/frames.py --quick          # 8 envs at 224 px, a CPU-cost case (~30 s)
     python benchmarks/frames.py                  # 8/32/64 envs at 224/256 px (~15 min)
     python benchmarks/frames.py --libero         # and 2 LIBERO envs with both cameras
 
@@ -49,6 +49,7 @@ Results go to ``benchmarks/results/frames.json`` (and the table beside it, ``.md
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import sys
 import time
@@ -130,7 +131,8 @@ class Args:
     libero_rounds: int = 1
     """LIBERO rounds."""
     quick: bool = False
-    """8 envs at 224 px, a 4-env CPU-cost case, few steps and rounds: shows it works."""
+    """8 envs at 224 px, a 4-env CPU-cost case, few steps and rounds: shows it works (its
+    figures are noisy; written to ``frames_quick.json`` unless ``--output`` is given)."""
     seed: int = 0
     """Seed of the resets and actions."""
     output: Path = RESULTS
@@ -138,6 +140,8 @@ class Args:
 
     def __post_init__(self) -> None:
         if self.quick:
+            if self.output == RESULTS:  # the committed results stay the full run's
+                self.output = RESULTS.with_name("frames_quick.json")
             self.envs, self.sides, self.cpu_cases = (8,), (224,), ("4x224x2",)
             self.steps, self.cpu_steps, self.warmup, self.rounds = 10, 5, 2, 2
             self.profile_case, self.profile_steps = "8x224", 20
@@ -266,6 +270,12 @@ def make_backends(case: Case, names: Sequence[str]) -> list[throughput.Backend]:
     unknown = [name for name in names if name not in table]
     if unknown:
         raise ValueError(f"--backends: unknown {unknown}; choose from {list(table)}")
+    if "sb3" in names and importlib.util.find_spec("stable_baselines3") is None:
+        print(
+            "  (SB3 SubprocVecEnv left out: stable-baselines3 is not installed; pip install"
+            ' -e ".[sb3]" adds it)'
+        )
+        names = [name for name in names if name != "sb3"]
     backends = [table[name] for name in names]
     backends.append(
         Backend(

@@ -171,6 +171,6 @@ def make_ring(
         if free is not None and count * nbytes > free:
             raise SharedMemoryFullError(count * nbytes, free)
         return ObservationRing(space, num_envs, count)
-    except SharedMemoryFullError as exc:
+    except OSError as exc:  # SharedMemoryFullError, or ENOSPC from a segment's pages
         logger.info("no observation ring (steps copy their observations): %s", exc)
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import inspect
 import mmap
 import os
@@ -82,10 +83,14 @@ class SharedMemoryFullError(OSError):
 def _too_small(needed: int, free: int) -> str:
     return (
         f"the observation buffers need {needed} bytes ({needed / 2**20:.1f} MiB) but "
-        f"{SHM_DIR} has {free} bytes ({free / 2**20:.1f} MiB) free. Give the container a "
-        "bigger /dev/shm: `docker run --shm-size=2g ...`, or in Kubernetes mount an "
-        "`emptyDir` with `medium: Memory` (and a `sizeLimit`) at /dev/shm"
+        f"{SHM_DIR} has {free} bytes ({free / 2**20:.1f} MiB) free. " + _GROW_SHM
     )
+
+
+_GROW_SHM = (
+    "Give the container a bigger /dev/shm: `docker run --shm-size=2g ...`, or in Kubernetes "
+    "mount an `emptyDir` with `medium: Memory` (and a `sizeLimit`) at /dev/shm"
+)
 
 
 def shm_free_bytes() -> int | None:
@@ -127,6 +132,7 @@ class SharedArray:
             self._shm = shared_memory.SharedMemory(create=True, size=max(1, self.nbytes))
             self.owner = True
             self.name = self._shm.name
+            self._map = _reserve(self._shm, max(1, self.nbytes))
         else:
             self._shm = _attach_untracked(name)
             self.owner = False
@@ -163,6 +169,40 @@ class SharedArray:
                 with contextlib.suppress(FileNotFoundError):
                     self._shm.unlink()
             self.owner = False
+
+
+def _reserve(shm: shared_memory.SharedMemory, nbytes: int) -> mmap.mmap | None:
+    """Allocate the pages of the new segment ``shm`` now and map it with a mapping of our
+    own, or None where its file is not under /dev/shm (the segment's own mapping serves).
+
+    A segment is created sparse: on a full /dev/shm the first write past the free space
+    kills the writer with SIGBUS. ``posix_fallocate`` makes that an `OSError` (ENOSPC)
+    here, with the segment removed. The segment's own mapping is closed at once (nothing
+    refers to it yet): the caller's views then live on a plain ``mmap``, which at exit,
+    unlike a ``SharedMemory`` still referred to, prints no ``BufferError``.
+
+    Raises:
+        OSError: /dev/shm has no room for ``nbytes`` (ENOSPC).
+    """
+    path = os.path.join(SHM_DIR, shm.name.lstrip("/"))
+    if not hasattr(os, "posix_fallocate") or not os.path.exists(path):
+        return None
+    fd = os.open(path, os.O_RDWR)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as exc:
+            shm.close()
+            shm.unlink()
+            raise OSError(
+                exc.errno,
+                f"{SHM_DIR} has no room for a shared memory segment of {nbytes} bytes "
+                f"({shm_free_bytes()} bytes free). " + _GROW_SHM,
+            ) from exc
+        shm.close()
+        return mmap.mmap(fd, nbytes)
+    finally:
+        os.close(fd)
 
 
 def _map_file(path: str, nbytes: int, create: bool) -> mmap.mmap:
@@ -266,23 +306,41 @@ def create_observation_buffers(
     free = shm_free_bytes()
     directory = None
     if free is not None and counter.nbytes > free:
-        if shm_fallback == "error":
-            raise SharedMemoryFullError(counter.nbytes, free)
-        directory = _buffer_directory()
-        warnings.warn(
-            _too_small(counter.nbytes, free)
-            + f". Using file-backed buffers in {directory} instead (removed at close); "
-            'pass shm_fallback="error" to raise instead.',
-            SharedMemoryFallbackWarning,
-            stacklevel=2,
-        )
+        directory = _fall_back(counter.nbytes, free, shm_fallback)
     allocator = SharedMemoryAllocator(directory)
     try:
         buffers = create_shared_memory(space, n=n, ctx=allocator)  # type: ignore[arg-type]
+    except OSError as exc:  # /dev/shm filled up since its free space was read
+        release(allocator.arrays)
+        if directory is not None or exc.errno != errno.ENOSPC:
+            raise
+        directory = _fall_back(counter.nbytes, shm_free_bytes() or 0, shm_fallback)
+        allocator = SharedMemoryAllocator(directory)
+        try:
+            buffers = create_shared_memory(space, n=n, ctx=allocator)  # type: ignore[arg-type]
+        except BaseException:
+            release(allocator.arrays)
+            raise
     except BaseException:
         release(allocator.arrays)
         raise
     return buffers, allocator.arrays
+
+
+def _fall_back(needed: int, free: int, shm_fallback: str) -> str:
+    """A new directory for file-backed buffers, with one `SharedMemoryFallbackWarning`;
+    with ``shm_fallback="error"``, `SharedMemoryFullError` instead."""
+    if shm_fallback == "error":
+        raise SharedMemoryFullError(needed, free)
+    directory = _buffer_directory()
+    warnings.warn(
+        _too_small(needed, free)
+        + f". Using file-backed buffers in {directory} instead (removed at close); "
+        'pass shm_fallback="error" to raise instead.',
+        SharedMemoryFallbackWarning,
+        stacklevel=3,
+    )
+    return directory
 
 
 def _buffer_directory() -> str:

@@ -430,9 +430,11 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
 
     @property
     def shared_memory_names(self) -> list[str]:
-        """Names of the shared-memory segments (files under ``/dev/shm`` on Linux) that
-        hold the observations, to check that none outlives `close` or a worker's death;
-        empty when observations travel through pipes."""
+        """Names of the shared-memory segments (files under ``/dev/shm`` on Linux; the
+        files' paths where the buffers fell back to files, see ``shm_fallback``) that hold
+        the observations, to check that none outlives `close` or a worker's death; empty
+        when observations travel through pipes. The workers' step slots (a few KiB each)
+        are not listed."""
         return [] if self._obs is None else [segment.name for segment in self._obs.segments]
 
     @property

@@ -117,3 +117,9 @@ def test_frames_cuda_runs_its_code_on_the_cpu(tmp_path: Path) -> None:
     assert names[0] == "plain" and names[-1] == "ours"
     assert json.loads(output.read_text())["cases"][0]["rows"][0]["vs_plain"] == 1.0
     assert script.format_table(result) in output.with_suffix(".md").read_text()
+
+
+def test_a_quick_run_leaves_the_full_runs_results_alone(frames, tmp_path: Path) -> None:
+    assert frames.Args(quick=True).output.name == "frames_quick.json"
+    assert frames.Args().output.name == "frames.json"
+    assert frames.Args(quick=True, output=tmp_path / "x.json").output == tmp_path / "x.json"

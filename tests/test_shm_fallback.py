@@ -52,6 +52,11 @@ FRAMES_ENV = textwrap.dedent(
             return self._obs(), 0.0, False, False, {}
 
     if __name__ == "__main__":
+        if len(sys.argv) > 2:  # fill /dev/shm but for this many bytes
+            stat = os.statvfs("/dev/shm")
+            fd = os.open("/dev/shm/filler", os.O_CREAT | os.O_RDWR)
+            os.posix_fallocate(fd, 0, stat.f_bavail * stat.f_frsize - int(sys.argv[2]))
+            os.close(fd)
         report = {"shm": os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -76,8 +81,9 @@ FRAMES_ENV = textwrap.dedent(
 )
 
 
-def _in_small_shm(tmp_path: Path, fallback: str) -> dict[str, Any]:
-    """Run `FRAMES_ENV` as root in a mount namespace whose /dev/shm is a 16 MiB tmpfs."""
+def _in_small_shm(tmp_path: Path, fallback: str, free: int | None = None) -> dict[str, Any]:
+    """Run `FRAMES_ENV` as root in a mount namespace whose /dev/shm is a 16 MiB tmpfs (with
+    ``free``, filled but for that many bytes first)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) to mount a small /dev/shm")
     probe = subprocess.run(
@@ -97,7 +103,7 @@ def _in_small_shm(tmp_path: Path, fallback: str) -> dict[str, Any]:
             "sh",
             "-c",
             f'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "{sys.executable}" '
-            f'"{script}" {fallback}',
+            f'"{script}" {fallback} {"" if free is None else free}',
         ],
         capture_output=True,
         text=True,
@@ -118,6 +124,18 @@ def test_frames_bigger_than_a_small_dev_shm_step_correctly_with_one_warning(
     warning = report["warnings"][0]
     assert warning.startswith("SharedMemoryFallbackWarning")
     assert "25165824 bytes" in warning and "--shm-size" in warning and "medium: Memory" in warning
+    assert all(not f.startswith("/dev/shm") for f in report["files"])
+    assert report["left"] == []
+
+
+def test_a_full_dev_shm_kills_nothing_the_steps_go_pickled_and_the_buffers_to_files(
+    tmp_path: Path,
+) -> None:
+    """/dev/shm full but for 4 KiB: the buffers go to files (one warning), the workers'
+    step slots find no room (each step then goes pickled), and nothing dies of SIGBUS."""
+    report = _in_small_shm(tmp_path, "file", free=4096)
+    assert report["ok"], report
+    assert [w.split(":")[0] for w in report["warnings"]] == ["SharedMemoryFallbackWarning"]
     assert all(not f.startswith("/dev/shm") for f in report["files"])
     assert report["left"] == []
 

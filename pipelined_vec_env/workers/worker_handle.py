@@ -237,6 +237,9 @@ class WorkerHandle:
             slot = StepSlot(spaces_[0], len(self.env_indices))
         except TypeError:
             return  # no fixed action layout: every step goes pickled
+        except OSError as exc:  # no room in /dev/shm (ENOSPC): every step goes pickled
+            logger.warning("worker %d: no step slot, steps go pickled: %s", self.index, exc)
+            return
         try:
             send(self.conn, (Command.ATTACH_SLOT, (slot, self.worker_spin)))
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
