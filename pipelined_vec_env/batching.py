@@ -18,12 +18,23 @@ from gymnasium import spaces
 
 __all__ = [
     "batch_slice",
+    "leaves",
     "check_actions",
     "concat_batches",
     "stack_batches",
     "swap_leading_axes",
     "to_numpy",
 ]
+
+
+def leaves(batch: Any) -> list[np.ndarray]:
+    """The arrays of a batch in gymnasium's layout (a dict's in key order, a tuple's in
+    order), depth first."""
+    if isinstance(batch, dict):
+        return [a for value in batch.values() for a in leaves(value)]
+    if isinstance(batch, tuple):
+        return [a for value in batch for a in leaves(value)]
+    return [batch]
 
 
 @singledispatch

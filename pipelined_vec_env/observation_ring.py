@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector.utils import read_from_shared_memory
 
-from .batching import batch_slice
+from .batching import batch_slice, leaves
 from .shared_memory import (
     SharedMemoryFullError,
     create_observation_buffers,
@@ -46,14 +46,6 @@ logger = logging.getLogger(__name__)
 #: step's observations while the next step is written, so two let a loop that drops them
 #: then alternate.
 RING_GENERATIONS = 2
-
-
-def _leaves(tree: Any) -> list[np.ndarray]:
-    if isinstance(tree, dict):
-        return [a for value in tree.values() for a in _leaves(value)]
-    if isinstance(tree, tuple):
-        return [a for value in tree for a in _leaves(value)]
-    return [tree]
 
 
 def _counts(roots: list[np.ndarray]) -> list[int]:
@@ -72,7 +64,7 @@ class _Window:
     def __init__(self, space: Space, buffers: Any, num_envs: int, span: tuple[int, int]):
         self.span = span
         self.tree = read_from_shared_memory(space, buffers, n=num_envs)
-        self.roots = [leaf if leaf.base is None else leaf.base for leaf in _leaves(self.tree)]
+        self.roots = [leaf if leaf.base is None else leaf.base for leaf in leaves(self.tree)]
         self.baseline = _counts(self.roots)
 
     def referenced(self) -> bool:

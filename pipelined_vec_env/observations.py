@@ -34,7 +34,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
-from .batching import batch_slice
+from .batching import batch_slice, leaves
 from .observation_ring import ObservationRing, make_ring
 from .shared_memory import create_observation_buffers, release
 
@@ -52,16 +52,6 @@ def _views_stay_valid(space: Space) -> bool:
     return isinstance(
         space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
     )
-
-
-def leaves(batch: Any) -> list[np.ndarray]:
-    """The arrays of a batch in gymnasium's layout (a dict's in key order, a tuple's in
-    order), depth first."""
-    if isinstance(batch, dict):
-        return [a for value in batch.values() for a in leaves(value)]
-    if isinstance(batch, tuple):
-        return [a for value in batch for a in leaves(value)]
-    return [batch]
 
 
 class RowCopy:

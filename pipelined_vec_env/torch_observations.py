@@ -53,6 +53,8 @@ import numpy as np
 import torch
 from gymnasium.error import ClosedEnvironmentError
 
+from .batching import leaves
+
 __all__ = ["CudaHostRegistrar", "HostRegistrar", "TorchObservations", "as_tensors"]
 
 logger = logging.getLogger(__name__)
@@ -93,14 +95,6 @@ def _map(batch: Any, fn: Callable[[np.ndarray], Any]) -> Any:
     if isinstance(batch, tuple):
         return tuple(_map(value, fn) for value in batch)
     return fn(batch)
-
-
-def _leaves(batch: Any) -> list[np.ndarray]:
-    if isinstance(batch, dict):
-        return [a for value in batch.values() for a in _leaves(value)]
-    if isinstance(batch, tuple):
-        return [a for value in batch for a in _leaves(value)]
-    return [batch]
 
 
 def _from_numpy(array: np.ndarray) -> torch.Tensor:
@@ -287,7 +281,7 @@ class TorchObservations:
     def _pin(self) -> None:
         assert self._registrar is not None
         try:
-            for array in _leaves(self._views):
+            for array in leaves(self._views):
                 pointer = array.ctypes.data
                 self._registrar.register(pointer, array.nbytes)
                 self._registered.append(pointer)

@@ -194,6 +194,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "wrappers",
             "libero",
             "testing",
+            "torch_observations",
         ),
     ),
     ("tuning", ("tuning", "__init__")),
