@@ -320,28 +320,27 @@ class ObservationStore:
         the first buffers."""
         if self._ring is None or self._view is None or len(ids) == 0:
             return
-        for gen in np.unique(self._latest[ids]).tolist():
-            if gen == 0:
-                continue
-            chosen = ids[self._latest[ids] == gen]
-            source = self._ring.views(gen)
-            for out, view in zip(leaves(self._view), leaves(source), strict=True):
-                out[chosen] = view[chosen]
+        self._copy_latest(ids, self._view, ids)
         self._latest[ids] = 0
 
     def _assembled(self, envs: slice) -> Any:
         """A new batch of the latest observations of ``envs``, each row read from its
         generation."""
-        assert self._ring is not None and self._view is not None
         ids = np.arange(envs.start, envs.stop)
         batch = create_empty_array(self.space, n=len(ids), fn=np.empty)
+        self._copy_latest(ids, batch, np.arange(len(ids)))
+        return batch
+
+    def _copy_latest(self, ids: np.ndarray, out: Any, rows: np.ndarray) -> None:
+        """Copy the latest observation of each env ``ids[k]`` (from its generation) into
+        row ``rows[k]`` of ``out`` (a batch in gymnasium's layout)."""
+        assert self._ring is not None and self._view is not None
         latest = self._latest[ids]
         for gen in np.unique(latest).tolist():
-            rows = np.flatnonzero(latest == gen)
+            chosen = latest == gen
             source = self._view if gen == 0 else self._ring.views(gen)
-            for out, view in zip(leaves(batch), leaves(source), strict=True):
-                out[rows] = view[ids[rows]]
-        return batch
+            for dest, view in zip(leaves(out), leaves(source), strict=True):
+                dest[rows[chosen]] = view[ids[chosen]]
 
     def row_copy(self, envs: slice) -> RowCopy | None:
         """A `RowCopy` of the envs ``envs``, or None where the observations have no views

@@ -187,29 +187,25 @@ def _reserve(shm: shared_memory.SharedMemory, nbytes: int) -> mmap.mmap | None:
     path = os.path.join(SHM_DIR, shm.name.lstrip("/"))
     if not hasattr(os, "posix_fallocate") or not os.path.exists(path):
         return None
-    fd = os.open(path, os.O_RDWR)
+    shm.close()  # nothing refers to its mapping yet
     try:
-        try:
-            os.posix_fallocate(fd, 0, nbytes)
-        except OSError as exc:
-            shm.close()
-            shm.unlink()
-            raise OSError(
-                exc.errno,
-                f"{SHM_DIR} has no room for a shared memory segment of {nbytes} bytes "
-                f"({shm_free_bytes()} bytes free). " + _GROW_SHM,
-            ) from exc
-        shm.close()
-        return mmap.mmap(fd, nbytes)
-    finally:
-        os.close(fd)
+        return _map_file(path, nbytes, create=False, allocate=True)
+    except OSError as exc:
+        shm.unlink()
+        raise OSError(
+            exc.errno,
+            f"{SHM_DIR} has no room for a shared memory segment of {nbytes} bytes "
+            f"({shm_free_bytes()} bytes free). " + _GROW_SHM,
+        ) from exc
 
 
-def _map_file(path: str, nbytes: int, create: bool) -> mmap.mmap:
-    """Map file ``path`` of ``nbytes`` shared (created with its blocks allocated)."""
+def _map_file(path: str, nbytes: int, create: bool, allocate: bool | None = None) -> mmap.mmap:
+    """Map file ``path`` of ``nbytes`` shared; with ``create`` the file is made first.
+    With ``allocate`` (by default: ``create``) its blocks are allocated, so that no room
+    for them is an `OSError` (ENOSPC) here, never a SIGBUS at a later write."""
     fd = os.open(path, (os.O_CREAT | os.O_EXCL | os.O_RDWR) if create else os.O_RDWR, 0o600)
     try:
-        if create:
+        if create if allocate is None else allocate:
             if hasattr(os, "posix_fallocate"):
                 os.posix_fallocate(fd, 0, nbytes)
             else:  # pragma: no cover - platforms without posix_fallocate
@@ -307,20 +303,21 @@ def create_observation_buffers(
     directory = None
     if free is not None and counter.nbytes > free:
         directory = _fall_back(counter.nbytes, free, shm_fallback)
+    try:
+        return _allocate(space, n, directory)
+    except OSError as exc:  # /dev/shm filled up since its free space was read
+        if directory is not None or exc.errno != errno.ENOSPC:
+            raise
+    directory = _fall_back(counter.nbytes, shm_free_bytes() or 0, shm_fallback)
+    return _allocate(space, n, directory)
+
+
+def _allocate(space: spaces.Space, n: int, directory: str | None) -> tuple[Any, list[SharedArray]]:
+    """gymnasium's buffers for ``n`` envs of ``space`` and their arrays, in /dev/shm or as
+    files in ``directory``; on failure, whatever was made is released."""
     allocator = SharedMemoryAllocator(directory)
     try:
         buffers = create_shared_memory(space, n=n, ctx=allocator)  # type: ignore[arg-type]
-    except OSError as exc:  # /dev/shm filled up since its free space was read
-        release(allocator.arrays)
-        if directory is not None or exc.errno != errno.ENOSPC:
-            raise
-        directory = _fall_back(counter.nbytes, shm_free_bytes() or 0, shm_fallback)
-        allocator = SharedMemoryAllocator(directory)
-        try:
-            buffers = create_shared_memory(space, n=n, ctx=allocator)  # type: ignore[arg-type]
-        except BaseException:
-            release(allocator.arrays)
-            raise
     except BaseException:
         release(allocator.arrays)
         raise

@@ -450,8 +450,9 @@ class PipelinedVectorEnv(EnvCalls, DecoupledMethods, VectorEnv):
         view is read, or copied, before that; ``copy=False`` steps return such views.
         With ``copy=True``, reading this property ends the generations those steps
         return (see ``copy``): every later step then writes these buffers and copies
-        out of them. The views end with `close` (read them no more). `TorchObservations` reads them
-        as torch tensors (``pipelined_vec_env.torch_observations``).
+        out of them. The views end with `close` (read them no more).
+        `TorchObservations` reads them as torch tensors
+        (``pipelined_vec_env.torch_observations``).
         """
         return None if self._obs is None or self.closed else self._obs.hand_out_views()
 

@@ -12,6 +12,7 @@ it resets at once and its final observation and info go into ``{"final_obs",
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -84,8 +85,9 @@ class WorkerEnvs:
         self.observation_space = envs[0].observation_space
         self.buffers: Any = None
         self.generations: tuple[Any, ...] = ()
-        # where observations go, per generation: an array view (Box ...) or a RowWriter
-        self.targets: list[np.ndarray | RowWriter] = []
+        # per generation, ``write(g, obs)`` into its buffers: a row assignment of an array
+        # view (Box ...) or a RowWriter's write (Dict/Tuple)
+        self.writers: list[Callable[[int, Any], None]] = []
         self.action_space = envs[0].action_space
         self.action_batch_space = batch_space(self.action_space, len(envs))
         # serial or concurrent stepping (ValueError: an unknown metadata value)
@@ -100,18 +102,19 @@ class WorkerEnvs:
         is ``generations[k - 1]``; `observation_ring`)."""
         self.observation_space, self.buffers = space, buffers
         self.generations = generations  # held until `detach` drops the views first
-        self.targets = []
+        self.writers = []
         for target in (buffers, *generations) if buffers is not None else ():
             if isinstance(space, _FLAT_SPACES):
                 # one array view of the whole batch: a row assignment per observation
-                self.targets.append(read_from_shared_memory(space, target, n=num_envs))
+                view = read_from_shared_memory(space, target, n=num_envs)
+                self.writers.append(view.__setitem__)
             else:  # Dict/Tuple: one copy per array (gymnasium's write: two)
-                self.targets.append(RowWriter(space, target, num_envs))
+                self.writers.append(RowWriter(space, target, num_envs).write)
 
     def detach(self) -> None:
         """Drop the views of the shared buffers, then the buffers (a segment whose views
         live cannot be unmapped)."""
-        self.targets = []
+        self.writers = []
         self.buffers, self.generations = None, ()
 
     def _emit_all(
@@ -126,9 +129,13 @@ class WorkerEnvs:
             ObservationError: An observation did not fit (`observation_check`).
         """
         failed = []
+        write = None if self.buffers is None else self.writers[gen]
         for k, (local, obs) in enumerate(done):
             try:
-                self._emit(local, obs, items, gen)
+                if write is None:
+                    items.append(obs)
+                else:
+                    write(self.env_indices[local], obs)
             except Exception as exc:  # the failure path only: a fitting write costs nothing
                 failed.append((k, self.env_indices[local], obs, exc))
         if failed:
@@ -138,16 +145,6 @@ class WorkerEnvs:
                 without_envs(results, [k for k, *_ in failed]),
             )
             raise error from failed[0][3]
-
-    def _emit(self, local: int, obs: Any, items: list[Any], gen: int) -> None:
-        if self.buffers is None:
-            items.append(obs)
-            return
-        target = self.targets[gen]
-        if type(target) is RowWriter:
-            target.write(self.env_indices[local], obs)
-        else:
-            target[self.env_indices[local]] = obs
 
     def _actions(self, actions: Any, n: int) -> Any:
         if isinstance(actions, np.ndarray):
@@ -198,7 +195,7 @@ class WorkerEnvs:
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
-        local_indices, actions, *generation = payload  # (..., generation): a step's
+        local_indices, actions = payload[0], payload[1]
         targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
         rewards = np.zeros(n, dtype=np.float64)
@@ -230,7 +227,7 @@ class WorkerEnvs:
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
         results = (None, rewards, terminations, truncations, infos)
-        self._emit_all(done, items, results, generation[0] if generation else 0)
+        self._emit_all(done, items, results, payload[2] if len(payload) > 2 else 0)
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
 
     def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:
