@@ -96,8 +96,10 @@ class Args:
     """Camera images per observation."""
     state_size: int = 9
     """State entries per observation."""
-    steps: int = 60
-    """Vector steps timed per backend and round."""
+    steps: int = 300
+    """Vector steps timed per backend and round (at 32 envs of 224 px, a few tenths of a
+    second of ours or Sync: a window of 60 steps, a few hundredths, caught this 2-core VM's
+    stalls, and paired ratios of one case moved 2x from round to round)."""
     cpu_steps: int = 20
     """Vector steps timed per backend and round in the CPU-cost cases."""
     warmup: int = 5
