@@ -47,7 +47,7 @@ from typing import Annotated, Any
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import REPO, run_record, write_results  # noqa: E402
+from _machine import REPO, relative_paths, run_record, write_results  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "throughput.py"
 
@@ -212,9 +212,10 @@ def markdown(table: dict[str, list[dict]], labels: Sequence[str] = ("earlier", "
 
 
 def results_table(result: dict[str, Any]) -> str:
-    """The tables of a written result (the whole JSON file), trees as earlier and later
-    (the docs render it from the file)."""
-    return markdown(result["comparison"])
+    """The tables of a written result (the whole JSON file) under a line naming its trees,
+    their columns headed earlier and later (the docs render it from the file)."""
+    earlier, later = result["trees"]
+    return f"earlier: {earlier}, later: {later}\n\n" + markdown(result["comparison"])
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -234,16 +235,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     flush=True,
                 )
             runs.append((pair[0], pair[1]))
-    labels = [str(t) for t in args.trees]
-    table = compare(runs)
     report = {
         "run": run_record(REPO, started, load_start, ["gymnasium", "numpy", "torch"]),
-        "trees": labels,
+        "trees": [str(t) for t in args.trees],
         "packages": [runs[0][0]["package"], runs[0][1]["package"]],
-        "comparison": table,
+        "comparison": compare(runs),
         "runs": [list(pair) for pair in runs],
     }
-    write_results(args.output, report, markdown(table, labels))
+    write_results(args.output, report, results_table(relative_paths(report)))
     return report
 
 

@@ -95,4 +95,4 @@ def test_throughput_trees_tiny_run(tmp_path: Path) -> None:
     assert "ours step 1x1" in names and "gymnasium SyncVectorEnv" in names
     assert {r["backend"] for r in written["comparison"]["null_round_trip"]} >= {"ours"}
     assert len(written["runs"]) == 1 and len(written["runs"][0]) == 2
-    assert output.with_suffix(".md").read_text().startswith("| row |")
+    assert "| row |" in output.with_suffix(".md").read_text()
