@@ -84,7 +84,7 @@ CEILING = "parallel ceiling"
 
 @dataclass
 class Args:
-    """Frames benchmark options (the defaults take about 10 minutes on 2 idle cores: 592 s at 64311da)."""
+    """Frames benchmark options (the defaults take about 10 minutes on 2 idle cores)."""
 
     envs: tuple[int, ...] = (8, 32, 64)
     """Envs per vector env, for the cases with no env cost."""
