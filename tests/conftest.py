@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,26 @@ from gymnasium import spaces
 
 from pipelined_vec_env import PipelinedVectorEnv
 from pipelined_vec_env.debug_envs import CameraEnv, ReachEnv
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_tempdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The temporary folder of the whole session (``TMPDIR`` and `tempfile`'s default) is a
+    folder of pytest's own base temp, which pytest prunes in later sessions: what the tests
+    and their processes leave there (SB3's ``SB3-<date>`` logger folders, multiprocessing's
+    ``pymp-*`` folders of a process killed on purpose) is not left in the machine's /tmp."""
+    scratch = tmp_path_factory.mktemp("tmpdir")
+    before_env, before_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(scratch), None
+    try:
+        yield scratch
+    finally:
+        tempfile.tempdir = before_dir
+        if before_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before_env
+
 
 REPO = Path(__file__).resolve().parents[1]
 
