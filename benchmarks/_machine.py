@@ -21,8 +21,10 @@ __all__ = [
     "git_commit",
     "machine_identity",
     "package_versions",
+    "python_in_tree",
     "relative_paths",
     "run_record",
+    "tree_environ",
     "write_results",
     "workers_cpu_seconds",
 ]
@@ -41,8 +43,9 @@ def relative_paths(value: object, repo: Path = REPO) -> object:
     """``value`` (a result to be written: dicts, lists, strings, `Path`; dict keys too) with
     every absolute path made relative to ``repo`` (``repo`` itself is ``"."``); a path outside ``repo``
     keeps its last two parts after ``<outside>/`` (``/tmp/base/pipelined_vec_env`` is
-    ``<outside>/base/pipelined_vec_env``), so a result file names no folder of the machine
-    it ran on."""
+    ``<outside>/base/pipelined_vec_env``), so a result file names no more of the machine's
+    folders than the last two parts of a path (all of a short one: ``/tmp/base`` is
+    ``<outside>/tmp/base``)."""
     if isinstance(value, dict):
         return {relative_paths(k, repo): relative_paths(v, repo) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -120,6 +123,32 @@ def workers_cpu_seconds(pids: Iterable[int]) -> float:
     return seconds
 
 
+def tree_environ(tree: Path) -> dict[str, str]:
+    """This process's environment with ``tree`` (a directory holding a ``pipelined_vec_env``
+    package, e.g. a ``git archive`` of another commit) first on ``PYTHONPATH``, so that a
+    child process and its workers import that tree's package."""
+    rest = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": f"{tree.resolve()}{os.pathsep}{rest}"}
+
+
+def python_in_tree(tree: Path, code: str, check: bool = False) -> subprocess.CompletedProcess:
+    """``python -c code`` with `tree_environ`, run from ``tree`` itself: ``-c`` puts the
+    working directory first on the path, ahead of ``PYTHONPATH``, so a package in the
+    caller's directory would shadow the tree's. Its output is captured as text.
+
+    Raises:
+        subprocess.CalledProcessError: with ``check``, the code failed.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=tree_environ(tree),
+        capture_output=True,
+        text=True,
+        check=check,
+        cwd=tree.resolve(),
+    )
+
+
 def git_commit(repo: Path) -> str:
     """The ``GIT_COMMIT`` environment variable where set (a copy of the tree on another
     machine, whose own git state may be older), else the short hash of ``repo``'s HEAD
@@ -177,8 +206,11 @@ def run_record(repo: Path, started: float, load_start: float, packages: Iterable
 def write_results(output: Path, report: dict, text: str) -> None:
     """Print ``text`` (the markdown table) and write ``report`` to ``output`` (JSON, its
     paths made relative by `relative_paths`) and the table beside it (``output`` with the
-    suffix ``.md``), making the folder if needed."""
+    suffix ``.md``), making the folder if needed; print where they went."""
     print(text)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(relative_paths(report), indent=2))
     output.with_suffix(".md").write_text(text + "\n")
+    print(
+        f"wrote {relative_paths(str(output))} and {relative_paths(str(output.with_suffix('.md')))}"
+    )

@@ -17,7 +17,7 @@ flight) or the EnvPool-style loop (``async_reset``, then ``recv(batch_size=num_e
 
 With ``--trees A B ...`` every case runs once per tree per round, alternating, each run
 in a fresh subprocess whose ``PYTHONPATH`` starts with that tree (a directory holding a
-``pipelined_vec_env`` package, e.g. ``git archive <commit> pipelined_vec_env | tar -x -C
+``pipelined_vec_env`` package, e.g. ``mkdir -p /tmp/base && git archive <commit> pipelined_vec_env | tar -x -C
 /tmp/base``), and the medians over ``--rounds`` are printed side by side: the before /
 after figures of a change to the core, under the same load. Without ``--trees`` the
 installed (or ``PYTHONPATH``'s) package is measured in this process. ``--profile`` adds
@@ -41,7 +41,6 @@ import json
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -56,7 +55,7 @@ import tyro
 from gymnasium import spaces
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import relative_paths, workers_cpu_seconds  # noqa: E402
+from _machine import python_in_tree, relative_paths, workers_cpu_seconds  # noqa: E402
 
 __all__ = ["Args", "NullInfoEnv", "main", "measure", "profile_shares"]
 
@@ -265,20 +264,7 @@ def _in_subprocess(tree: Path, case: str, steps: int, args: Args) -> dict[str, A
         f"print('RESULT', json.dumps(m['measure']({case!r}, {steps}, {args.warmup}, "
         f"{args.num_envs})))"
     )
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{tree.resolve()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    # run from the tree: ``-c`` puts the working directory first on the path, ahead of
-    # PYTHONPATH, so a package in the caller's directory would shadow the tree's
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tree.resolve(),
-    )
+    out = python_in_tree(tree, code)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])

@@ -40,11 +40,12 @@ Two more measurements say where a frame's time goes:
 
 Run::
 
-    python benchmarks/frames.py --quick          # 8 envs at 224 px, a CPU-cost case (~30 s)
-    python benchmarks/frames.py                  # 8/32/64 envs at 224/256 px (~15 min)
+    python benchmarks/frames.py --quick          # 8 envs at 224 px, 4 with CPU cost (~30 s)
+    python benchmarks/frames.py                  # 8/32/64 envs at 224/256 px (~10 min)
     python benchmarks/frames.py --libero         # and 2 LIBERO envs with both cameras
 
-Results go to ``benchmarks/results/frames.json`` (and the table beside it, ``.md``).
+Results go to ``benchmarks/results/frames.json`` (and the table beside it, ``.md``);
+``--quick``'s to ``frames_quick.json`` (git ignores it), unless ``--output`` says where.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ worker can build its env at once.
 Run::
 
     python benchmarks/rebuild.py
-    git archive <commit> pipelined_vec_env | tar -x -C /tmp/old
+    mkdir -p /tmp/old && git archive <commit> pipelined_vec_env | tar -x -C /tmp/old
     python benchmarks/rebuild.py --baseline /tmp/old
 
 Results go to ``benchmarks/results/rebuild.json``, with a Markdown table beside it.

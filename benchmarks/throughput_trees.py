@@ -2,8 +2,8 @@
 
 Every round runs ``throughput.py`` once per tree, alternating, each run in a fresh
 subprocess whose ``PYTHONPATH`` starts with that tree (a directory holding a
-``pipelined_vec_env`` package, e.g. ``git archive <commit> pipelined_vec_env | tar -x -C
-/tmp/base``; ``.`` is this checkout). The script is this checkout's in both, so the same
+``pipelined_vec_env`` package, e.g. ``mkdir -p /tmp/base && git archive <commit>
+pipelined_vec_env | tar -x -C /tmp/base``; ``.`` is this checkout). The script is this checkout's in both, so the same
 backends are timed the same way and only the package differs. Each run's own
 ``SyncVectorEnv`` is the yardstick: a row's ``vs Sync`` in one run divided by the same
 row's in the other tree's run of that round is one paired ratio. The table gives, per
@@ -18,7 +18,7 @@ commit's default layout is, which is a change of default, not of cost.
 
 Run::
 
-    git archive 6c7c4c9 pipelined_vec_env | tar -x -C /tmp/base
+    mkdir -p /tmp/base && git archive 6c7c4c9 pipelined_vec_env | tar -x -C /tmp/base
     python benchmarks/throughput_trees.py --trees /tmp/base . --rounds 8 -- \\
         --only throughput null --rounds 1 --configs 1x1 1x2 1x4 2x2 2x4 --send-recv 2x2 \\
         --no-envpool
@@ -47,9 +47,18 @@ from typing import Annotated, Any
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _machine.py, also when loaded by path
-from _machine import REPO, relative_paths, run_record, write_results  # noqa: E402
+from _machine import (  # noqa: E402
+    REPO,
+    python_in_tree,
+    relative_paths,
+    run_record,
+    tree_environ,
+    write_results,
+)
 
 SCRIPT = Path(__file__).resolve().parent / "throughput.py"
+#: Prints where ``pipelined_vec_env`` is imported from (shows which tree a run used).
+PACKAGE_PATH = "import pipelined_vec_env as p; print(p.__file__)"
 
 
 @dataclass
@@ -67,36 +76,26 @@ class Args:
 
 
 def run_tree(tree: Path, throughput_args: Sequence[str], output: Path) -> dict[str, Any]:
-    """One run of throughput.py with ``tree`` first on ``PYTHONPATH``; its JSON result.
+    """One run of throughput.py with ``tree`` first on ``PYTHONPATH``; its JSON result,
+    with ``package``: the file the tree's package was imported from, as the tree's folder
+    name and the path inside it (``base/pipelined_vec_env/__init__.py``).
 
     Raises:
-        RuntimeError: the run failed (the end of its stderr is in the message).
+        RuntimeError: the run failed (the end of its stderr is in the message), or the
+            package was not imported from ``tree``.
     """
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{tree.resolve()}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
+    env = tree_environ(tree)
     command = [sys.executable, str(SCRIPT), *throughput_args, "--output", str(output)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"throughput.py with {tree} failed:\n{done.stderr[-2000:]}")
     result = json.loads(output.read_text())
-    result["package"] = _package_path(tree, env)
+    imported = Path(python_in_tree(tree, PACKAGE_PATH, check=True).stdout.strip()).resolve()
+    root = tree.resolve()
+    if not imported.is_relative_to(root):
+        raise RuntimeError(f"with {tree} first on PYTHONPATH, the package came from {imported}")
+    result["package"] = str(Path(root.name) / imported.relative_to(root))
     return result
-
-
-def _package_path(tree: Path, env: dict[str, str]) -> str:
-    """Where ``pipelined_vec_env`` is imported from with ``env`` (proves the tree is used)."""
-    code = "import pipelined_vec_env as p; print(p.__file__)"
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tree.resolve(),
-    )
-    return done.stdout.strip()
 
 
 def _median(values: Iterable[float | None]) -> float | None:
