@@ -26,8 +26,11 @@ Run::
 Short throughput.py runs (``--rounds 1``) in many rounds alternate the trees more often,
 so the host's drift (on a shared VM, whole minutes faster or slower) falls on both.
 
-Results go to ``benchmarks/results/throughput_trees.json`` (each run's whole result
-under ``runs``) with a markdown table beside it.
+Results go to ``benchmarks/results/throughput_trees.json`` with a markdown table beside
+it: ``trees`` as given, ``packages`` the file each tree's package was imported from (the
+tree's folder name and the path in it: proof that each run used its tree), ``comparison``,
+and each run's whole result under ``runs`` (whose own ``run`` record names this
+checkout's commit: the script's, not the tree's).
 """
 
 from __future__ import annotations
