@@ -30,7 +30,7 @@ from ..observations import ObservationStore
 from ..workers.failures import describe_failure, raise_worker_error
 from ..workers.pool import InFlight, WorkerPool
 from ..workers.process_backend import ProcessBackend
-from ..workers.protocol import Answer, Command, Crashed, Ok
+from ..workers.protocol import Answer, Command, Crashed, Ok, StepRequest
 from ..workers.slots import SlotRead, all_true, read_step
 from ..workers.spinning import SpinGate, hand_over_core
 from ..workers.waiting import deadline_after, remaining
@@ -271,7 +271,7 @@ class DecoupledState:
             groups.append((w, rows))
             pos += k
         for w, rows in groups:
-            self._send(w, Command.STEP, (None, rows), w.env_indices)
+            self._send(w, Command.STEP, StepRequest(None, rows), w.env_indices)
         if self._round_trips.mean < HAND_OVER_SECONDS and pool.backend.none_written(
             self.busy_workers()
         ):
@@ -613,7 +613,7 @@ def _step_commands(
     locals_: list[int] | None = [g - base for g in ids]
     if count == len(w.env_indices) and locals_ == list(range(count)):
         locals_ = None  # every env of the worker in order, as a whole-env step
-    return [(Command.STEP, (locals_, rows), ids)]
+    return [(Command.STEP, StepRequest(locals_, rows), ids)]
 
 
 _ZERO = np.zeros(1)

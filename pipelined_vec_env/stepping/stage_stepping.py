@@ -25,7 +25,7 @@ from ..errors import ObservationError
 from ..infos import add_env_info
 from ..observations import ObservationStore, RowCopy
 from ..workers.pool import WorkerPool
-from ..workers.protocol import Answer, Command, Ok
+from ..workers.protocol import Answer, Command, Ok, StepRequest
 from ..workers.slots import ColumnInfos, SlotRead, read_step
 from ..workers.spinning import hand_over_core
 from ..workers.transport import WorkerTransport
@@ -247,7 +247,7 @@ class StageStepping:
                 lo = w.env_indices[0] - start
                 hi = lo + len(w.env_indices)
                 rows = batch[lo:hi] if array else batch_slice(space, batch, slice(lo, hi))
-                send(w, Command.STEP, (None, rows, gen), w.env_indices)
+                send(w, Command.STEP, StepRequest(None, rows, gen), w.env_indices)
             s.mark("step", whole)
         if whole and self.pool.workers_spin:
             # one of them may share this core: let it start now (only for a whole-env

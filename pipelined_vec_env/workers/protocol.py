@@ -29,7 +29,7 @@ from __future__ import annotations
 import pickle
 import traceback
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 __all__ = [
     "NO_ANSWER",
@@ -39,6 +39,7 @@ __all__ = [
     "Ok",
     "Raised",
     "Ready",
+    "StepRequest",
     "TimedOut",
     "from_wire",
     "tag_wire",
@@ -52,9 +53,9 @@ class Command(StrEnum):
 
     | command | payload | `Ok` payload |
     |---|---|---|
-    | `ATTACH` | `(observation_space, buffers, num_envs)` | no answer |
+    | `ATTACH` | `(observation_space, buffers, num_envs, generations)` (generations: further buffers a step may name, `observation_ring`) | no answer |
     | `RESET` | `[(local_index, seed, options), ...]` | `(obs_items, infos)` |
-    | `STEP` | `(local_indices or None, batched actions)` | `(obs_items, rewards, terminations, truncations, infos)` |
+    | `STEP` | `StepRequest` | `(obs_items, rewards, terminations, truncations, infos)` |
     | `STEP_ENV` | `(local_index, batched actions of that one env)` | as `STEP`'s, for the one env; answered as soon as that env stepped, maybe before commands sent earlier (tagged, see `tag_wire`) |
     | `CALL` | `(name or fn, args, kwargs, local_indices)` | tuple of per-env results |
     | `SET_ATTR` | `(name, values, local_indices)` | `None` |
@@ -76,6 +77,18 @@ class Command(StrEnum):
     SET_AUTORESET = "set_autoreset"
     ATTACH_SLOT = "attach_slot"
     CLOSE = "close"
+
+
+class StepRequest(NamedTuple):
+    """The payload of a `Command.STEP` (pickled, or written into the fast path's slot)."""
+
+    local_indices: list[int] | None
+    """The worker's envs to step, by local index (None: all of them, in order)."""
+    actions: Any
+    """Their batched actions, one row per env stepped."""
+    generation: int = 0
+    """The generation of the observation buffers to write (0: the first buffers;
+    `observation_ring`)."""
 
 
 #: Commands a worker does not answer.

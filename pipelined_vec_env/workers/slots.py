@@ -59,6 +59,7 @@ from .info_columns import (
     batched_infos,
     join_column_infos,
 )
+from .protocol import StepRequest
 
 __all__ = [
     "DONE_COLUMNS",
@@ -424,13 +425,12 @@ class StepSlot:
 
     # ------------------------------------------------------------------ worker side
 
-    def read_request(self) -> tuple[list[int] | None, np.ndarray, int]:
-        """The request's ``(local_indices or None, actions, generation)`` (actions copied
-        out)."""
+    def read_request(self) -> StepRequest:
+        """The request (actions copied out)."""
         count, generation = int(self.header[_COUNT]), int(self.header[_GENERATION])
         if count < 0:
-            return None, self.actions.copy(), generation
-        return self.indices[:count].tolist(), self.actions[:count].copy(), generation
+            return StepRequest(None, self.actions.copy(), generation)
+        return StepRequest(self.indices[:count].tolist(), self.actions[:count].copy(), generation)
 
     def messages_sent(self) -> int:
         """How many messages the caller has sent (through the pipe or the header)."""

@@ -61,7 +61,7 @@ from .process_setup import (
     set_worker_nice,
     watch_parent,
 )
-from .protocol import Answer, Command, Ok, Raised, Ready, tag_wire, to_wire
+from .protocol import Answer, Command, Ok, Raised, Ready, StepRequest, tag_wire, to_wire
 from .slots import (
     DONE_COLUMNS,
     DONE_EMPTY,
@@ -222,7 +222,7 @@ def serve_command(envs: WorkerEnvs, command: Command, payload: Any) -> Answer | 
             return Ok(envs.step(payload))
         if command == Command.STEP_ENV:  # in order here (the Ray actor's serial calls)
             local, rows = payload
-            return Ok(envs.step(([local], rows)))
+            return Ok(envs.step(StepRequest([local], rows)))
         if command == Command.RESET:
             return Ok(envs.reset(payload))
         if command == Command.CALL:
@@ -359,7 +359,7 @@ class EnvSteps:
     def _step(self, local: int, rows: Any, timed: bool) -> None:
         envs = self.envs
         started = time.monotonic_ns() if timed else 0
-        request = ([local], rows)
+        request = StepRequest([local], rows)
         answer: Answer
         try:
             answer = Ok(envs.step(request, direct=True))

@@ -27,6 +27,7 @@ from gymnasium.vector.utils import (
 from ..by_value import ByValue
 from ..shared_memory import RowWriter
 from .observation_check import observation_error, without_envs
+from .protocol import StepRequest
 from .step_profile import StepProfile
 
 __all__ = ["WorkerEnvs"]
@@ -179,11 +180,10 @@ class WorkerEnvs:
         return (items if self.buffers is None else None), infos
 
     def step(
-        self, payload: tuple, direct: bool = False
+        self, payload: StepRequest, direct: bool = False
     ) -> tuple[Any, list[float], list[bool], list[bool], list[list[dict]]]:
-        """Step the envs of ``payload`` (``(local_indices or None, batched actions)``, and
-        the generation of the buffers to write, 0 where left out);
-        return ``(obs_items, rewards, terminations, truncations, infos)`` with lists (they
+        """Step the envs of ``payload`` (which envs, their actions, the generation of the
+        buffers to write); return ``(obs_items, rewards, terminations, truncations, infos)`` with lists (they
         pickle several times faster than small numpy arrays). With ``direct``, on the
         calling thread, not measured nor dispatched by the step profile (a
         `Command.STEP_ENV`, already on one of the worker's threads)."""
@@ -191,11 +191,11 @@ class WorkerEnvs:
         return items, rewards.tolist(), terminations.tolist(), truncations.tolist(), infos
 
     def step_arrays(
-        self, payload: tuple, direct: bool = False
+        self, payload: StepRequest, direct: bool = False
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict]]]:
         """As `step`, with rewards float64 and terminations/truncations bool arrays (what
         the fast path writes into its slot)."""
-        local_indices, actions = payload[0], payload[1]
+        local_indices, actions, generation = payload
         targets = range(len(self.envs)) if local_indices is None else local_indices
         n = len(targets)
         rewards = np.zeros(n, dtype=np.float64)
@@ -227,7 +227,7 @@ class WorkerEnvs:
         # written once every env stepped: a failed step leaves the shared rows as they were
         # (the caller's partial results show the failed envs' last observations)
         results = (None, rewards, terminations, truncations, infos)
-        self._emit_all(done, items, results, payload[2] if len(payload) > 2 else 0)
+        self._emit_all(done, items, results, generation)
         return (items if self.buffers is None else None), rewards, terminations, truncations, infos
 
     def _step_one(self, local: int, action: Any) -> tuple[Any, float, bool, bool, list[dict]]:

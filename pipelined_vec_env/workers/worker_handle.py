@@ -363,11 +363,11 @@ class WorkerHandle:
     def _write_fast_step(slot: StepSlot, payload: Any) -> int:
         """Write a step's request into ``slot`` if its actions fit; return the envs it
         steps, or _PICKLED (nothing written) when it must go pickled."""
-        local_indices, actions = payload[0], payload[1]
+        local_indices, actions, generation = payload
         count = slot.n if local_indices is None else len(local_indices)
         if not slot.accepts(actions, count):
             return _PICKLED
-        slot.write_request(local_indices, actions, payload[2] if len(payload) > 2 else 0)
+        slot.write_request(local_indices, actions, generation)
         return count
 
     def note_spin(self) -> None:
