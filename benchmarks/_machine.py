@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +24,7 @@ __all__ = [
     "python_in_tree",
     "relative_paths",
     "run_record",
+    "run_script",
     "tree_environ",
     "write_results",
     "workers_cpu_seconds",
@@ -147,6 +148,22 @@ def python_in_tree(tree: Path, code: str, check: bool = False) -> subprocess.Com
         check=check,
         cwd=tree.resolve(),
     )
+
+
+def run_script(
+    script: Path, arguments: Sequence[str], output: Path, env: dict[str, str] | None = None
+) -> dict:
+    """Run the benchmark ``script`` with ``arguments`` and ``--output output`` in a new
+    Python process (environment ``env``, by default this one's); its JSON result.
+
+    Raises:
+        RuntimeError: the run failed (the end of its stderr is in the message).
+    """
+    command = [sys.executable, str(script), *arguments, "--output", str(output)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(output.read_text())
 
 
 def git_commit(repo: Path) -> str:

@@ -35,10 +35,8 @@ checkout's commit: the script's, not the tree's).
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +53,7 @@ from _machine import (  # noqa: E402
     python_in_tree,
     relative_paths,
     run_record,
+    run_script,
     tree_environ,
     write_results,
 )
@@ -87,12 +86,7 @@ def run_tree(tree: Path, throughput_args: Sequence[str], output: Path) -> dict[s
         RuntimeError: the run failed (the end of its stderr is in the message), or the
             package was not imported from ``tree``.
     """
-    env = tree_environ(tree)
-    command = [sys.executable, str(SCRIPT), *throughput_args, "--output", str(output)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"throughput.py with {tree} failed:\n{done.stderr[-2000:]}")
-    result = json.loads(output.read_text())
+    result = run_script(SCRIPT, throughput_args, output, tree_environ(tree))
     imported = Path(python_in_tree(tree, PACKAGE_PATH, check=True).stdout.strip()).resolve()
     root = tree.resolve()
     if not imported.is_relative_to(root):
