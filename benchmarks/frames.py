@@ -99,8 +99,8 @@ class Args:
     """State entries per observation."""
     steps: int = 300
     """Vector steps timed per backend and round (at 32 envs of 224 px, a few tenths of a
-    second of ours or Sync: a window of 60 steps, a few hundredths, caught this 2-core VM's
-    stalls, and paired ratios of one case moved 2x from round to round)."""
+    second of ours or Sync; 60-step windows spread the per-round ratios wider:
+    ``frames_windows.py``, benchmarks/results/frames_windows_60_vs_300.json)."""
     cpu_steps: int = 20
     """Vector steps timed per backend and round in the CPU-cost cases."""
     warmup: int = 5
